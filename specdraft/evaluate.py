@@ -1,0 +1,199 @@
+"""Stage 7: score the policy on eval, every position and decode step.
+
+Every position: at each response position of each eval trace, the policy picks one candidate
+(`selected`); `oracle_best` takes the best candidate; each source is also scored alone.
+
+Decode step: replay each eval trace as a speculative decoder would, advancing by accepted + 1
+(or by draft_len on a full draft). The state is causal: copy, n-gram and backoff drafts at a
+position are functions of the known prefix only (the same as every position), and prompt
+autocomplete is re-walked over the visited positions, since its decoded text depends on them.
+The seed's own decode-step loop reuses state that has already seen the whole trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.autocomplete import PromptAutocomplete
+from specdraft.backoff_walk import backoff_score
+from specdraft.calibrate import SourceAveragePolicy
+from specdraft.config import RunConfig
+from specdraft.progress import progress
+from specdraft.tokenizer import Tokenizer
+from specdraft.warehouse import Warehouse
+
+FAMILIES = ("copy", "prompt-autocomplete", "backoff", "ngram")
+PROMPT_ORDER = FAMILIES.index("prompt-autocomplete")
+# Scores this close may round to a tie; there the exact backoff score is recomputed.
+NEAR_TIE = 1e-7
+
+
+@dataclass
+class Evaluation:
+    selected: np.ndarray  # accepted per eval position, the policy's pick
+    oracle_best: np.ndarray
+    per_source: dict[str, np.ndarray]  # accepted per eval position, each family alone (0 if none)
+    proposed: dict[str, int]  # positions where each family proposed a draft
+    decode_step: np.ndarray  # accepted per decode-step call
+    selected_family: np.ndarray  # index into FAMILIES, -1 where nothing was proposed
+
+
+def accepted_prefix(draft, actual, limit: int) -> int:
+    accepted = 0
+    for left, right in zip(draft[:limit], actual[:limit]):
+        if left != right:
+            break
+        accepted += 1
+    return accepted
+
+
+def _fetch(result) -> pa.Table:
+    return result.to_arrow_table()
+
+
+def candidate_policy_scores(wh: Warehouse, cand: pa.Table, policy: SourceAveragePolicy) -> np.ndarray:
+    """The seed's policy score per candidate row, with its float operations in its order."""
+    family = cand.column("family").to_numpy(zero_copy_only=False)
+    sources = cand.column("source").to_numpy(zero_copy_only=False)
+    raw = cand.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    is_ngram = family == "ngram"
+    counts = cand.column("count").to_numpy(zero_copy_only=False)
+    if is_ngram.any():
+        ngram_counts = counts[is_ngram].astype(np.int64)
+        unique, inverse = np.unique(ngram_counts, return_inverse=True)
+        log1p = np.array([math.log1p(int(c)) for c in unique.tolist()])
+        raw[is_ngram] = raw[is_ngram] + log1p[inverse]
+    return policy.scores(sources, raw), raw
+
+
+def _group_starts(trace_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    if len(trace_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = (trace_ids[1:] != trace_ids[:-1]) | (positions[1:] != positions[:-1])
+    return np.concatenate([[0], np.flatnonzero(change) + 1])
+
+
+def _pick(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Row index of the first highest score in each group (Python's max keeps the first)."""
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
+    best = np.maximum.reduceat(scores, starts) if len(starts) else np.zeros(0)
+    at_best = np.flatnonzero(scores == best[group])
+    _, first = np.unique(group[at_best], return_index=True)
+    return at_best[first]
+
+
+def _resolve_near_ties(wh, cand, scores, raw, starts, policy) -> np.ndarray:
+    """Recompute the exact backoff score where a rounding difference could change the pick."""
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
+    best = np.maximum.reduceat(scores, starts)
+    close = np.abs(scores - best[group]) <= NEAR_TIE * np.maximum(np.abs(best[group]), 1.0)
+    n_close = np.bincount(group[close], minlength=len(starts))
+    family = cand.column("family").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(close & (n_close[group] > 1) & (family == "backoff"))
+    if not len(rows):
+        return scores
+    trace_ids = cand.column("trace_id").to_numpy()[rows]
+    positions = cand.column("pos").to_numpy()[rows]
+    wh.register("near_ties", pa.table({"trace_id": trace_ids, "pos": positions}))
+    steps = {
+        (t, p): (c, n, d)
+        for t, p, c, n, d in wh.query("evaluate/backoff_steps").fetchall()
+    }
+    scores = scores.copy()
+    sources = cand.column("source").to_numpy(zero_copy_only=False)
+    for row, trace_id, pos in zip(rows.tolist(), trace_ids.tolist(), positions.tolist()):
+        ctx_lens, counts, totals = steps[(trace_id, pos)]
+        exact = backoff_score(ctx_lens, counts, totals)
+        raw[row] = exact
+        scores[row] = policy.score_one(str(sources[row]), exact)
+    return scores
+
+
+def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path,
+             policy: SourceAveragePolicy) -> Evaluation:
+    traces = _fetch(wh.query("evaluate/eval_traces", {"traces_path": str(traces_path)}))
+    n_resp = (traces.column("n_tokens").to_numpy() - traces.column("prompt_len").to_numpy()).astype(np.int64)
+    trace_ids = traces.column("trace_id").to_numpy()
+    offsets = np.concatenate([[0], np.cumsum(n_resp)])
+    trace_index = {int(t): i for i, t in enumerate(trace_ids.tolist())}
+    n_positions = int(offsets[-1])
+
+    cand = _fetch(wh.query("evaluate/eval_candidates"))
+    scores, raw = candidate_policy_scores(wh, cand, policy)
+    cand_trace = cand.column("trace_id").to_numpy()
+    cand_pos = cand.column("pos").to_numpy()
+    starts = _group_starts(cand_trace, cand_pos)
+    scores = _resolve_near_ties(wh, cand, scores, raw, starts, policy)
+    accepted = cand.column("accepted").to_numpy().astype(np.int64)
+    family_order = cand.column("family_order").to_numpy().astype(np.int64)
+    cpos = cand.column("completion_pos").to_numpy().astype(np.int64)
+    flat = np.array([offsets[trace_index[int(t)]] for t in cand_trace[starts].tolist()], dtype=np.int64)
+    flat = flat + cpos[starts] if len(starts) else flat
+    row_flat = np.repeat(flat, np.diff(np.append(starts, len(scores))))
+
+    selected = np.zeros(n_positions, dtype=np.int64)
+    selected_family = np.full(n_positions, -1, dtype=np.int64)
+    oracle = np.zeros(n_positions, dtype=np.int64)
+    if len(starts):
+        picks = _pick(scores, starts)
+        selected[flat] = accepted[picks]
+        selected_family[flat] = family_order[picks]
+        oracle[flat] = np.maximum.reduceat(accepted, starts)
+    per_source, proposed = {}, {}
+    for order, name in enumerate(FAMILIES):
+        rows = family_order == order
+        alone = np.zeros(n_positions, dtype=np.int64)
+        alone[row_flat[rows]] = accepted[rows]
+        per_source[name] = alone
+        proposed[name] = int(rows.sum())
+
+    # Decode step. The best non-prompt candidate per position (they are causal functions of the
+    # prefix); prompt autocomplete is re-walked below.
+    best_other_score = np.full(n_positions, -np.inf)
+    best_other_order = np.full(n_positions, len(FAMILIES), dtype=np.int64)
+    best_other_accepted = np.zeros(n_positions, dtype=np.int64)
+    other = np.flatnonzero(family_order != PROMPT_ORDER)
+    if len(other):
+        other_starts = _group_starts(cand_trace[other], cand_pos[other])
+        other_picks = other[_pick(scores[other], other_starts)]
+        where = row_flat[other_picks]
+        best_other_score[where] = scores[other_picks]
+        best_other_order[where] = family_order[other_picks]
+        best_other_accepted[where] = accepted[other_picks]
+    decode = decode_step_walk(cfg, tokenizer, traces, offsets, policy,
+                              best_other_score, best_other_order, best_other_accepted)
+    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family)
+
+
+def decode_step_walk(cfg, tokenizer, traces, offsets, policy, best_score, best_order, best_accepted) -> np.ndarray:
+    draft_len = cfg.draft_len
+    values: list[int] = []
+    rows = zip(
+        traces.column("prompt_len").to_pylist(),
+        traces.column("tokens").to_pylist(),
+        traces.column("prompt").to_pylist(),
+        offsets[:-1].tolist(),
+    )
+    for prompt_len, tokens, prompt, offset in progress(rows, desc="decode step", unit="trace",
+                                                     total=traces.num_rows):
+        drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, draft_len)
+        n_resp = len(tokens) - prompt_len
+        cpos = 0
+        while cpos < n_resp:
+            at = offset + cpos
+            score, order, accepted = best_score[at], best_order[at], int(best_accepted[at])
+            proposal = drafter.propose(drafter.line_at(cpos))
+            if proposal is not None:
+                draft, raw = proposal
+                prompt_score = policy.score_one("prompt-autocomplete", raw)
+                if prompt_score > score or (prompt_score == score and PROMPT_ORDER < order):
+                    known = prompt_len + cpos
+                    accepted = accepted_prefix(draft, tokens[known : known + draft_len], draft_len)
+            values.append(accepted)
+            cpos += accepted if accepted == draft_len else accepted + 1
+    return np.array(values, dtype=np.int64)

@@ -1,0 +1,18 @@
+"""Progress bars on stderr, switched off when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def progress(items: Iterable[T], desc: str, unit: str = "it", total: int | None = None) -> Iterator[T]:
+    if not sys.stderr.isatty():
+        yield from items
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(items, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False)

@@ -1,0 +1,59 @@
+"""Stage 8: results.json, the accepted-tokens histogram chart, and a short table for stdout."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from specdraft.calibrate import SourceAveragePolicy
+from specdraft.config import RunConfig
+from specdraft.evaluate import FAMILIES, Evaluation
+from specdraft.warehouse import Warehouse
+
+
+def _mean(total: int, n: int) -> float:
+    """statistics.mean of ints: the exact mean, rounded once."""
+    return float(Fraction(total, n)) if n else 0.0
+
+
+def summarize(values: np.ndarray, draft_len: int) -> dict:
+    """The seed's summarize(): positions, avg_accepted, hit_rate, full_draft_rate, avg_on_hit, histogram."""
+    values = np.asarray(values, dtype=np.int64)
+    n = len(values)
+    hits = values[values > 0]
+    counts = np.bincount(values, minlength=1) if n else np.zeros(0, dtype=np.int64)
+    return {
+        "positions": n,
+        "avg_accepted": _mean(int(values.sum()), n),
+        "hit_rate": len(hits) / n if n else 0.0,
+        "full_draft_rate": int((values >= draft_len).sum()) / n if n else 0.0,
+        "avg_on_hit": _mean(int(hits.sum()), len(hits)),
+        "histogram": {str(k): int(c) for k, c in enumerate(counts.tolist()) if c},
+    }
+
+
+def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, counters: dict,
+                  policy: SourceAveragePolicy, evaluation: Evaluation, timings: dict) -> dict:
+    stats = {row[0]: row[1] for row in wh.query("traces/trace_stats").fetchall()}
+    per_source = {}
+    for name in FAMILIES:
+        summary = summarize(evaluation.per_source[name], cfg.draft_len)
+        summary["proposed"] = evaluation.proposed[name]
+        per_source[name] = summary
+    return {
+        "dataset": dataset,
+        "tokenizer": {"name": meta.get("tokenizer"), "fingerprint": meta.get("tokenizer_fingerprint")},
+        "train_examples": stats.get("train", 0),
+        "calibration_examples": stats.get("calibration", 0),
+        "eval_examples": stats.get("eval", 0),
+        "draft_len": cfg.draft_len,
+        **counters,
+        "selected": summarize(evaluation.selected, cfg.draft_len),
+        "oracle_best": summarize(evaluation.oracle_best, cfg.draft_len),
+        "decode_step": summarize(evaluation.decode_step, cfg.draft_len),
+        "per_source": per_source,
+        "policy": policy.to_dict(),
+        "config": cfg.to_dict(),
+        "timings_s": timings,
+    }

