@@ -110,7 +110,6 @@ class Warehouse:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
         if self.memory_limit:
             self.con.execute("set memory_limit = ?", [self.memory_limit])
-        self.con.execute("set preserve_insertion_order = false")
 
     @property
     def traces_dir(self) -> Path:
@@ -128,7 +127,7 @@ class Warehouse:
         self.close()
 
     # -- running sql/ files -------------------------------------------------------------
-    def _execute(self, sql_file: SqlFile, statement: str, params: dict[str, Any]):
+    def _execute(self, sql_file: SqlFile, statement: str, params: dict[str, Any], lazy: bool = False):
         missing = set(sql_file.used_params) - set(params)
         if missing:
             raise SpecdraftError(f"{sql_file.path.name}: missing parameters {sorted(missing)}")
@@ -137,7 +136,12 @@ class Warehouse:
             log.debug("-- %s %s\n%s", sql_file.path.name, bound, statement)
         started = time.perf_counter()
         try:
-            result = self.con.execute(statement, bound)
+            # A relation (con.sql) keeps ORDER BY in Arrow output; a DB-API result's Arrow
+            # output in DuckDB 2.0 may not.
+            if lazy:
+                result = self.con.sql(statement, params=bound or None)
+            else:
+                result = self.con.execute(statement, bound)
         except duckdb.Error as exc:
             raise SpecdraftError(f"{sql_file.path.relative_to(SQL_DIR)}: {exc}".splitlines()[0]) from exc
         elapsed = time.perf_counter() - started
@@ -159,9 +163,12 @@ class Warehouse:
         self._execute(sql_file, statement, params or {})
 
     def query(self, name: str, params: dict[str, Any] | None = None):
-        """Run `sql/<name>.sql` and return the DuckDB result (fetch it with .arrow(), .fetchall(), ...)."""
+        """Run `sql/<name>.sql` and return a DuckDB relation (.to_arrow_table(), .fetchall(), ...).
+
+        The relation runs when fetched: fetch it once.
+        """
         sql_file = load_sql(name)
-        return self._execute(sql_file, sql_file.text, params or {})
+        return self._execute(sql_file, sql_file.text, params or {}, lazy=True)
 
     def register(self, name: str, data: Any) -> None:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""

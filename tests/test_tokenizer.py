@@ -37,6 +37,14 @@ GOLDEN = {
 }
 
 
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """HF_HUB_OFFLINE=1, also for a huggingface_hub that was imported (and read the env) earlier."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
 @pytest.fixture(scope="module")
 def tok():
     return load_tokenizer("Qwen/Qwen2.5-7B-Instruct")
@@ -89,8 +97,13 @@ def test_token_bytes_and_vocab_size(tok):
 @pytest.mark.parametrize(
     "name", ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-Math-1.5B", "qwen2.5-72b-instruct", "Qwen/Qwen2-7B"]
 )
-def test_qwen2_names_load_offline_and_share_one_vocab(name, tok, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_qwen2_names_load_offline_and_share_one_vocab(name, tok, hub_offline, monkeypatch):
+    import transformers
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("Qwen2/2.5 names must not go through transformers")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_hub)
     loaded = load_tokenizer(name)
     assert isinstance(loaded, OfflineQwenTokenizer)
     assert loaded.name == name
@@ -127,9 +140,7 @@ def test_fingerprint_is_stable_and_sensitive(tok):
     assert vocab_fingerprint([("é", 0)]) == vocab_fingerprint([("é".encode(), 0)])
 
 
-def test_unknown_name_fails_clearly_without_network(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+def test_unknown_name_fails_clearly_without_network(hub_offline):
     with pytest.raises(SpecdraftError) as info:
         load_tokenizer("someorg/not-a-real-model")
     message = str(info.value)
@@ -139,8 +150,7 @@ def test_unknown_name_fails_clearly_without_network(monkeypatch, tmp_path):
     assert "Qwen2" in message
 
 
-def test_missing_local_path_fails_clearly(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_missing_local_path_fails_clearly(hub_offline, tmp_path):
     missing = str(tmp_path / "no" / "tokenizer")
     with pytest.raises(SpecdraftError) as info:
         load_tokenizer(missing)
@@ -168,8 +178,7 @@ def _write_local_hf_tokenizer(path):
     PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>").save_pretrained(path)
 
 
-def test_local_hf_tokenizer_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_local_hf_tokenizer_path(hub_offline, tmp_path):
     path = tmp_path / "tok"
     _write_local_hf_tokenizer(path)
     hf = load_tokenizer(str(path))
