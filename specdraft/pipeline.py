@@ -82,30 +82,90 @@ def _source_signature(data: str | None, dataset: str, columns) -> str:
     return json.dumps({"files": stats, "columns": repr(columns)})
 
 
-def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
-            columns=None) -> dict:
-    """Run every stage; return the results dict (see report.build_results)."""
+STAGES = ("ingest", "ngram_tables", "candidates", "calibrate", "evaluate")
+# Settings each stage's output depends on (besides the traces file and earlier stages).
+STAGE_SETTINGS = {
+    "ngram_tables": (
+        "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
+        "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
+        "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit",
+    ),
+    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions"),
+}
+
+
+def _build_key(cfg: RunConfig, meta: dict, name: str, stage: str) -> str:
+    """What a stage's tables were built from: dataset, traces file, and the settings up to it."""
+    fields: tuple[str, ...] = ()
+    for earlier in ("ngram_tables", "candidates"):
+        fields += STAGE_SETTINGS[earlier]
+        if earlier == stage:
+            break
+    return f"{name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}:{cfg.fingerprint(*fields)}"
+
+
+def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
+              name: str | None = None, columns=None, memory_limit: str | None = None,
+              debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None):
+    """Run the stages up to and including `last`, reusing tables already built for the same inputs.
+
+    Returns that stage's output: counters (ngram_tables), candidate counts (candidates), the
+    policy (calibrate) or the results dict (evaluate).
+    """
     from specdraft.calibrate import calibrate
     from specdraft.candidates import build_candidates
     from specdraft.evaluate import evaluate
-    from specdraft.ngrams import build_ngram_tables
-    from specdraft.report import build_results
+    from specdraft.ngrams import build_ngram_tables, index_counters
+    from specdraft.report import build_results, record_run
     from specdraft.tokenizer import load_tokenizer
 
-    timer = StageTimer()
+    if last not in STAGES:
+        raise SpecdraftError(f"unknown stage {last!r}; stages: {', '.join(STAGES)}")
+    timer = timer or StageTimer()
     name = name or dataset_name_for(data, dataset)
     started = time.perf_counter()
-    with Warehouse(Path(warehouse)) as wh:
+    with Warehouse(Path(warehouse), memory_limit=memory_limit, debug=debug) as wh:
         with timer.stage("ingest"):
             path, meta = ingest_dataset(wh, cfg, data, dataset, name, columns)
+        if last == "ingest":
+            return path
         tokenizer = load_tokenizer(cfg.tokenizer)
         with timer.stage("ngram_tables"):
-            counters = build_ngram_tables(wh, cfg, path)
+            key = _build_key(cfg, meta, name, "ngram_tables")
+            if wh.built_with("ngram_tables") != key:
+                with wh.transaction():
+                    build_ngram_tables(wh, cfg, path)
+                    wh.mark_built("ngram_tables", key)
+                    wh.mark_built("candidates", None)
+            counters = index_counters(wh, cfg)
+        if last == "ngram_tables":
+            return counters
         with timer.stage("candidates"):
-            build_candidates(wh, cfg, tokenizer, path)
+            key = _build_key(cfg, meta, name, "candidates")
+            if wh.built_with("candidates") != key:
+                with wh.transaction():
+                    build_candidates(wh, cfg, tokenizer, path)
+                    wh.mark_built("candidates", key)
+        if last == "candidates":
+            return {"candidates": wh.row_count("candidates"), "query_positions": wh.row_count("query_positions")}
         with timer.stage("calibrate"):
             policy = calibrate(wh, cfg)
+        if last == "calibrate":
+            return policy
         with timer.stage("evaluate"):
             evaluation = evaluate(wh, cfg, tokenizer, path, policy)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
-        return build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
+        results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
+        with wh.transaction():
+            record_run(wh, results, run_id)
+        return results
+
+
+def ingest_only(cfg: RunConfig, warehouse: Path, **kwargs) -> Path:
+    return run_until("ingest", cfg, warehouse, **kwargs)
+
+
+def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
+            columns=None, memory_limit: str | None = None, debug: bool = False) -> dict:
+    """Run every stage; return the results dict (see report.build_results)."""
+    return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug)

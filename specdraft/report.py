@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
 from specdraft.calibrate import SourceAveragePolicy
 from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
 from specdraft.evaluate import FAMILIES, Evaluation
 from specdraft.warehouse import Warehouse
 
@@ -57,3 +60,48 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
         "config": cfg.to_dict(),
         "timings_s": timings,
     }
+
+
+def new_run_id() -> str:
+    import datetime
+    import secrets
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def record_run(wh: Warehouse, results: dict, run_id: str | None = None) -> str:
+    """Add the run to the warehouse's runs table; results["run_id"] is set."""
+    results["run_id"] = run_id or new_run_id()
+    wh.materialize(
+        "report/runs",
+        {
+            "run_id": results["run_id"],
+            "dataset": results["dataset"],
+            "tokenizer": results["tokenizer"]["name"],
+            "config": json.dumps(results["config"], sort_keys=True),
+            "results": json.dumps(results, sort_keys=True),
+        },
+        append=wh.has_table("runs"),
+    )
+    return results["run_id"]
+
+
+def load_run(warehouse: Path, run_id: str | None = None) -> dict:
+    with Warehouse(warehouse, read_only=True) as wh:
+        if not wh.has_table("runs"):
+            raise SpecdraftError(f"{warehouse}: no runs recorded yet; run `specdraft run` first")
+        rows = wh.query("report/run_results", {"run_id": run_id or ""}).fetchall()
+    row = rows[0] if rows else None
+    if row is None:
+        raise SpecdraftError(f"{warehouse}: no run with id {run_id!r}")
+    return json.loads(row[0])
+
+
+def write_outputs(results: dict, out: Path) -> None:
+    """results.json and accepted_histogram.svg in `out`."""
+    from specdraft.charts import write_histogram_svg
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_histogram_svg(results, out / "accepted_histogram.svg")

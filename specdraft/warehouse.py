@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ class Warehouse:
             if lazy:
                 result = self.con.sql(statement, params=bound or None)
             else:
-                result = self.con.execute(statement, bound)
+                result = self.con.execute(statement, bound).fetchall()
         except duckdb.Error as exc:
             raise SpecdraftError(f"{sql_file.path.relative_to(SQL_DIR)}: {exc}".splitlines()[0]) from exc
         elapsed = time.perf_counter() - started
@@ -151,15 +152,20 @@ class Warehouse:
         return result
 
     def materialize(
-        self, name: str, params: dict[str, Any] | None = None, *, append: bool = False, table: str | None = None
+        self, name: str, params: dict[str, Any] | None = None, *, append: bool = False, temp: bool = False
     ) -> None:
-        """Run `sql/<name>.sql` into its `out` table (or `table`): replace, or append rows."""
+        """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
+
+        temp=True keeps a build intermediate in memory (spilling to the warehouse's tmp/), out of
+        the warehouse file.
+        """
         sql_file = load_sql(name)
-        target = quote_identifier(table or sql_file.out)
+        target = quote_identifier(sql_file.out)
         if append:
             statement = f"insert into {target} by name\n{sql_file.text}"
         else:
-            statement = f"create or replace table {target} as\n{sql_file.text}"
+            kind = "temp table" if temp else "table"
+            statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
 
     def query(self, name: str, params: dict[str, Any] | None = None):
@@ -190,11 +196,34 @@ class Warehouse:
         self.drop(new)
         self.con.execute(f"alter table {quote_identifier(old)} rename to {quote_identifier(new)}")
 
+    @contextmanager
+    def transaction(self):
+        """All-or-nothing: tables a stage creates appear together, or not at all if it fails or
+        is killed (DuckDB rolls back an uncommitted transaction)."""
+        self.con.execute("begin transaction")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("rollback")
+            raise
+        self.con.execute("commit")
+
+    def built_with(self, stage: str) -> str | None:
+        """The build key a stage's tables were last built with (None if never)."""
+        if not self.has_table("build_state"):
+            return None
+        rows = self.query("warehouse/build_key", {"stage": stage}).fetchall()
+        return rows[0][0] if rows else None
+
+    def mark_built(self, stage: str, key: str | None) -> None:
+        self.materialize("warehouse/build_state", {"stage": stage, "build_key": key},
+                         append=self.has_table("build_state"))
+
     def has_table(self, table: str) -> bool:
         rows = self.con.execute(
             "select count(*) from information_schema.tables where table_name = ?", [table]
-        ).fetchone()
-        return bool(rows[0])
+        ).fetchall()
+        return bool(rows[0][0])
 
     def row_count(self, table: str) -> int:
-        return self.con.execute(f"select count(*) from {quote_identifier(table)}").fetchone()[0]
+        return self.con.execute(f"select count(*) from {quote_identifier(table)}").fetchall()[0][0]

@@ -1,6 +1,6 @@
 -- out: copy_candidates
 -- grain: trace_id, pos
--- reads: context_keys, query_positions, selected_traces
+-- reads: query_context_keys, query_positions, selected_traces
 -- params: $copy_context_lengths INTEGER[], $draft_len BIGINT
 -- Prefix copy: the latest earlier place in the same trace (prompt + known response) whose
 -- ctx_len tokens equal the last ctx_len known tokens, with the draft_len tokens after it wholly
@@ -15,7 +15,7 @@ with occurrences as (
             order by k.pos
             range between unbounded preceding and $draft_len preceding
         ) as match_pos
-    from context_keys as k
+    from query_context_keys as k
     semi join query_positions as q on q.trace_id = k.trace_id
     where list_contains($copy_context_lengths, k.ctx_len)
 ),

@@ -1,6 +1,6 @@
 -- out: ngram_candidates
 -- grain: trace_id, pos
--- reads: context_keys, query_positions, exact_continuations, selected_traces
+-- reads: query_context_keys, query_positions, exact_continuations, selected_traces
 -- params: $context_lengths INTEGER[], $draft_len BIGINT
 -- Global n-gram: the longest context length whose last known tokens were seen in train; its
 -- most frequent continuation (rank 1). The score's log1p(count) term is added in Python.
@@ -13,7 +13,7 @@ with hits as (
         arg_max(e.src_trace_id, k.ctx_len) as src_trace_id,
         arg_max(e.src_pos, k.ctx_len) as src_pos
     from query_positions as q
-    join context_keys as k using (trace_id, pos)
+    join query_context_keys as k using (trace_id, pos)
     join exact_continuations as e on e.ctx_len = k.ctx_len and e.ctx_hash = k.ctx_hash and e.rank = 1
     where list_contains($context_lengths, k.ctx_len)
     group by q.trace_id, q.pos

@@ -7,7 +7,8 @@
 select
     ctx_len,
     ctx_hash,
-    arg_min(token_id, (-count, first_seen)) as token_id,
+    -- highest count, then first seen (seen_order < 2^32)
+    arg_max(token_id, count * 4294967296 - first_seen) as token_id,
     max(count) as count,
     sum(count)::bigint as total
 from backoff_next_tokens

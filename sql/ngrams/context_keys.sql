@@ -8,6 +8,7 @@
 with bounds as (
     select
         trace_id,
+        split,
         pos,
         lag(h1, 1) over w as end1,
         lag(h2, 1) over w as end2,
@@ -18,6 +19,7 @@ with bounds as (
 )
 select
     trace_id,
+    split,
     pos,
     $ctx_len::integer as ctx_len,
     (((end1 - start1 * $pow1 % $p1) % $p1 + $p1) % $p1) * 2147483648

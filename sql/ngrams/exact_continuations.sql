@@ -12,9 +12,7 @@ with counted as (
         k.ctx_hash,
         p.continuation_hash,
         count(*) as count,
-        min(p.seen_order) as first_seen,
-        arg_min(p.trace_id, p.seen_order) as src_trace_id,
-        arg_min(p.pos, p.seen_order) as src_pos
+        min(p.seen_order) as first_seen
     from exact_positions as p
     join context_keys as k using (trace_id, pos)
     where list_contains($context_lengths, k.ctx_len)
@@ -27,13 +25,14 @@ ranked as (
     from counted
 )
 select
-    ctx_len,
-    ctx_hash,
-    rank,
-    continuation_hash,
-    count,
-    first_seen,
-    src_trace_id,
-    src_pos
-from ranked
-where rank <= $top_k
+    r.ctx_len,
+    r.ctx_hash,
+    r.rank,
+    r.continuation_hash,
+    r.count,
+    r.first_seen,
+    p.trace_id as src_trace_id,
+    p.pos as src_pos
+from ranked as r
+join exact_positions as p on p.seen_order = r.first_seen
+where r.rank <= $top_k

@@ -1,0 +1,306 @@
+"""The `specdraft` command line: parses flags and calls one stage function per command.
+
+stdout carries data only (the summary table, query results); progress and logs go to stderr.
+Exit codes: 0 ok, 1 data or SQL error, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from specdraft.errors import SpecdraftError
+
+DEFAULT_WAREHOUSE = "warehouse"
+DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
+
+
+def _lengths(value: str) -> tuple[int, ...]:
+    from specdraft.config import parse_lengths
+
+    return parse_lengths(value)
+
+
+def config_options(func):
+    """The seed's flags, with the seed's defaults."""
+    options = [
+        click.option("--draft-len", type=int, default=16, show_default=True, help="Tokens per draft."),
+        click.option("--max-completion-tokens", type=int, default=512, show_default=True,
+                     help="Cut each response to this many tokens when tables are built (0 = no cut)."),
+        click.option("--context-lengths", default="1,2,3,4,6,8,12,16,24,32,48,64", show_default=True,
+                     help="Context lengths of the global n-gram (exact continuation) table."),
+        click.option("--backoff-context-lengths", default="4,6,8,12,16,24,32,48", show_default=True,
+                     help="Context lengths of the backoff next-token table."),
+        click.option("--backoff-min-context-len", type=int, default=4, show_default=True,
+                     help="Shortest context the backoff drafter may back off to."),
+        click.option("--max-index-positions", type=int, default=4_000_000, show_default=True,
+                     help="Train positions indexed in the n-gram table, in train order (0 = all)."),
+        click.option("--backoff-max-index-positions", type=int, default=4_000_000, show_default=True,
+                     help="Train positions indexed in the backoff table, in train order (0 = all)."),
+        click.option("--max-continuations-per-context", type=int, default=8, show_default=True,
+                     help="Continuations kept per context in the n-gram table."),
+        click.option("--policy-prior-strength", type=float, default=200.0, show_default=True,
+                     help="Pseudo-counts shrinking each source's calibration average to the global one."),
+        click.option("--train-limit", type=int, default=0, show_default=True,
+                     help="Use the first N train rows (0 = all)."),
+        click.option("--calibration-limit", type=int, default=0, show_default=True,
+                     help="Use the first N calibration rows (0 = all)."),
+        click.option("--eval-limit", type=int, default=0, show_default=True,
+                     help="Use the first N eval rows (0 = all)."),
+        click.option("--tokenizer", default="Qwen/Qwen2.5-7B-Instruct", show_default=True,
+                     help="Tokenizer: Qwen2/2.5 names work offline; others load with transformers."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def source_options(func):
+    options = [
+        click.option("--data", multiple=True, type=click.Path(),
+                     help="Local Parquet/JSONL/CSV: one file with a split column, or one file per split "
+                          "(train, calibration, eval) or a directory of them. Default: the hub dataset."),
+        click.option("--dataset", default=DEFAULT_DATASET, show_default=True,
+                     help="Hugging Face dataset id, used when --data is not given."),
+        click.option("--name", default=None,
+                     help="Dataset name in the warehouse (default: the file stem or the hub id's last part)."),
+        click.option("--problem-column", default="problem", show_default=True, help="Column with the prompt."),
+        click.option("--problem-source-column", default="problem_source", show_default=True,
+                     help="Optional column appended to the prompt after a blank line."),
+        click.option("--reasoning-column", default="raw_reasoning", show_default=True,
+                     help="Column with the response trace."),
+        click.option("--split-column", default="split", show_default=True,
+                     help="Column with train / calibration / eval (single-file input)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def warehouse_options(func):
+    options = [
+        click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+                     help="Warehouse directory (traces Parquet + specdraft.duckdb)."),
+        click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB (default: DuckDB's)."),
+        click.option("--debug", is_flag=True, help="Log every SQL statement and show tracebacks."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+CONFIG_KEYS = (
+    "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
+    "backoff_min_context_len", "max_index_positions", "backoff_max_index_positions",
+    "max_continuations_per_context", "policy_prior_strength", "train_limit", "calibration_limit",
+    "eval_limit", "tokenizer",
+)
+
+
+def _config(kwargs: dict):
+    from specdraft.config import RunConfig
+
+    return RunConfig(**{key: kwargs.pop(key) for key in CONFIG_KEYS})
+
+
+def _source(kwargs: dict) -> dict:
+    from specdraft.ingest import ColumnMap
+
+    data = kwargs.pop("data")
+    return {
+        "data": (data[0] if len(data) == 1 else list(data)) if data else None,
+        "dataset": kwargs.pop("dataset"),
+        "name": kwargs.pop("name"),
+        "columns": ColumnMap(
+            problem=kwargs.pop("problem_column"),
+            problem_source=kwargs.pop("problem_source_column"),
+            reasoning=kwargs.pop("reasoning_column"),
+            split=kwargs.pop("split_column"),
+        ),
+    }
+
+
+def handle_errors(func):
+    """One clear line and exit code 1 for data and SQL errors; --debug shows the traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        debug = kwargs.get("debug", False)
+        logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
+                            format="%(name)s: %(message)s")
+        try:
+            return func(*args, **kwargs)
+        except SpecdraftError as exc:
+            if debug:
+                raise
+            click.echo(f"specdraft: error: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("specdraft: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specdraft")
+def main() -> None:
+    """specdraft: measure non-neural speculative drafters on reasoning traces, in a DuckDB warehouse.
+
+    `specdraft demo` runs everything on a built-in synthetic sample; `specdraft run --data FILE`
+    runs the seed benchmark on your traces.
+    """
+
+
+def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug) -> dict:
+    from specdraft.pipeline import run_all
+    from specdraft.report import write_outputs
+
+    results = run_all(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **source)
+    if out:
+        write_outputs(results, Path(out))
+    from specdraft.charts import summary_table
+
+    click.echo(summary_table(results))
+    if out:
+        click.echo(f"wrote {Path(out) / 'results.json'} and {Path(out) / 'accepted_histogram.svg'}", err=True)
+    return results
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@click.option("--out", default="results", show_default=True, type=click.Path(),
+              help="Directory for results.json and accepted_histogram.svg.")
+@handle_errors
+def run(out, warehouse, memory_limit, debug, **kwargs) -> None:
+    """Run every stage: ingest, tokenize, build tables, candidates, calibrate, evaluate, report.
+
+    Stages already built for the same data and settings are reused.
+    """
+    cfg = _config(kwargs)
+    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug)
+
+
+@main.command()
+@click.option("--traces", "n_traces", type=int, default=3000, show_default=True,
+              help="How many synthetic traces to generate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the generator.")
+@config_options
+@warehouse_options
+@click.option("--out", default="results/demo", show_default=True, type=click.Path(),
+              help="Directory for results.json and accepted_histogram.svg.")
+@handle_errors
+def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
+    """Run the whole pipeline on a built-in synthetic sample of math reasoning traces (no network)."""
+    from specdraft.synthetic import write_traces_parquet
+
+    cfg = _config(kwargs)
+    data = Path(warehouse) / "samples" / f"synthetic_{n_traces}_{seed}.parquet"
+    if not data.exists():
+        write_traces_parquet(data, n_traces=n_traces, seed=seed)
+    source = {"data": str(data), "dataset": DEFAULT_DATASET, "name": "synthetic", "columns": None}
+    _run(cfg, source, warehouse, out, memory_limit, debug)
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@handle_errors
+def ingest(warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet."""
+    from specdraft.pipeline import ingest_only
+
+    cfg = _config(kwargs)
+    path = ingest_only(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_source(kwargs))
+    click.echo(str(path))
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@handle_errors
+def build(warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stage 4: build the n-gram and backoff tables (ingesting first if needed)."""
+    from specdraft.pipeline import run_until
+
+    cfg = _config(kwargs)
+    counters = run_until("ngram_tables", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
+                         **_source(kwargs))
+    for key, value in counters.items():
+        click.echo(f"{key}\t{value}")
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@handle_errors
+def candidates(warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stage 5: every source's draft at every calibration and eval query position."""
+    from specdraft.pipeline import run_until
+
+    cfg = _config(kwargs)
+    counts = run_until("candidates", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
+                       **_source(kwargs))
+    for key, value in counts.items():
+        click.echo(f"{key}\t{value}")
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@handle_errors
+def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stage 6: calibrate the source-average policy; prints each source's calibrated average."""
+    from specdraft.pipeline import run_until
+
+    cfg = _config(kwargs)
+    policy = run_until("calibrate", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
+                       **_source(kwargs))
+    click.echo(f"global\t{policy.global_avg:.6f}")
+    for source, avg in sorted(policy.source_avg.items()):
+        click.echo(f"{source}\t{avg:.6f}")
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@click.option("--out", default=None, type=click.Path(),
+              help="Also write results.json and accepted_histogram.svg here.")
+@handle_errors
+def evaluate(out, warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stage 7: evaluate on eval (every position and decode step) and record the run."""
+    cfg = _config(kwargs)
+    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug)
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--out", default="results", show_default=True, type=click.Path(),
+              help="Directory for results.json and accepted_histogram.svg.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def report(run_id, warehouse, out, debug) -> None:
+    """Stage 8: write results.json and the histogram chart of a recorded run (default: the latest)."""
+    from specdraft.charts import summary_table
+    from specdraft.report import load_run, write_outputs
+
+    results = load_run(Path(warehouse), run_id)
+    write_outputs(results, Path(out))
+    click.echo(summary_table(results))
+
+
+if __name__ == "__main__":
+    main()
