@@ -17,6 +17,7 @@ decode-step walk), and `PromptAutocomplete.walk` takes the visited positions.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
@@ -59,12 +60,49 @@ def prompt_spans(prompt: str, max_span_chars: int = MAX_SPAN_CHARS) -> list[str]
 
 
 def span_prefix_map(prompt: str) -> dict[str, str]:
-    """Lower-cased span beginnings (3 to 239 characters, shorter than the span) -> first span."""
+    """The seed's lookup table, built in full: lower-cased span beginnings (3 to 239 characters,
+    shorter than the span) -> the first span in prompt_spans order. SpanIndex answers the same
+    lookups without building it; tests compare the two."""
     prefix_map: dict[str, str] = {}
     for span in prompt_spans(prompt):
         for prefix_len in range(MIN_SEGMENT_CHARS, min(len(span), MAX_SPAN_CHARS)):
             prefix_map.setdefault(span[:prefix_len].lower(), span)
     return prefix_map
+
+
+class SpanIndex:
+    """span_prefix_map's lookups, from a sorted list instead of every prefix of every span.
+
+    For an ASCII span, span[:n].lower() == span.lower()[:n], so the spans a lower-cased segment
+    of length n can match are a contiguous run of the spans sorted by their lower-cased text;
+    the first of them in prompt_spans order (rank) with 3 <= n < min(len(span), 240) wins.
+    Non-ASCII spans (where lowering can change lengths, or depend on the next letter, as with
+    a final sigma) keep the seed's exact per-prefix table.
+    """
+
+    def __init__(self, prompt: str) -> None:
+        self.spans = prompt_spans(prompt)
+        ascii_spans = [(span.lower(), rank) for rank, span in enumerate(self.spans) if span.isascii()]
+        ascii_spans.sort()
+        self.lowered = [lowered for lowered, _ in ascii_spans]
+        self.ranks = [rank for _, rank in ascii_spans]
+        self.other: dict[str, int] = {}
+        for rank, span in enumerate(self.spans):
+            if not span.isascii():
+                for prefix_len in range(MIN_SEGMENT_CHARS, min(len(span), MAX_SPAN_CHARS)):
+                    self.other.setdefault(span[:prefix_len].lower(), rank)
+
+    def get(self, lowered: str) -> str | None:
+        best = self.other.get(lowered)
+        n = len(lowered)
+        if MIN_SEGMENT_CHARS <= n < MAX_SPAN_CHARS and lowered.isascii():
+            i = bisect_left(self.lowered, lowered)
+            while i < len(self.lowered) and self.lowered[i].startswith(lowered):
+                rank = self.ranks[i]
+                if n < len(self.spans[rank]) and (best is None or rank < best):
+                    best = rank
+                i += 1
+        return None if best is None else self.spans[best]
 
 
 @lru_cache(maxsize=8)
@@ -85,7 +123,7 @@ class PromptAutocomplete:
         self.tokens = tokens
         self.prompt_len = prompt_len
         self.draft_len = draft_len
-        self.prefix_map = span_prefix_map(prompt)
+        self.span_index = SpanIndex(prompt)
         self._encode = lru_cache(maxsize=4096)(self._encode_rest)
         self.start_walk()
 
@@ -98,7 +136,7 @@ class PromptAutocomplete:
         if len(segment) < MIN_SEGMENT_CHARS:
             return None
         lowered = segment.lower()
-        span = self.prefix_map.get(lowered)
+        span = self.span_index.get(lowered)
         if not span or not span.lower().startswith(lowered):
             return None
         draft = self._encode(span[len(segment) :])

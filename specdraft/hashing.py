@@ -36,6 +36,11 @@ def power_params(n: int) -> dict[str, int]:
     return {"pow1": pow(B1, n, P1), "pow2": pow(B2, n, P2)}
 
 
+def inverse_params(n: int) -> dict[str, int]:
+    """B^-n under both primes (the primes make B invertible), as SQL parameters."""
+    return {"inv1": pow(B1, -n, P1), "inv2": pow(B2, -n, P2)}
+
+
 def window_key(tokens: Sequence[int]) -> int:
     """The context key of a token window (pure-Python oracle of the SQL keys)."""
     h1 = h2 = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdraft.config import RunConfig
-from specdraft.hashing import hash_params, power_params
+from specdraft.hashing import hash_params, inverse_params, power_params
 from specdraft.warehouse import Warehouse
 
 
@@ -30,64 +30,56 @@ def build_selected_traces(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> N
     )
 
 
-def build_prefix_hashes(wh: Warehouse) -> None:
-    """Inclusive prefix hashes of every trace, by a doubling scan (log2 of the longest trace steps)."""
-    wh.materialize("ngrams/trace_tokens", temp=True)
-    wh.materialize("ngrams/prefix_hashes_start", temp=True)
+def build_hash_powers(wh: Warehouse) -> None:
+    """B^pos and B^-pos for every position of the longest trace, by doubling."""
+    wh.materialize("ngrams/hash_powers_start", temp=True)
     longest = max((row[4] for row in wh.query("traces/trace_stats").fetchall()), default=0)
     span = 1
     while span < longest:
-        wh.materialize("ngrams/prefix_hashes", {"span": span, **power_params(span), **hash_params()}, temp=True)
+        params = {"span": span, **power_params(span), **inverse_params(span), **hash_params()}
+        wh.materialize("ngrams/hash_powers", params, append=True)
         span *= 2
 
 
-def key_lengths(cfg: RunConfig) -> tuple[int, ...]:
-    """Every context length some source looks up."""
-    return tuple(sorted(set(cfg.context_lengths) | set(cfg.backoff_context_lengths) | set(cfg.copy_context_lengths)))
-
-
-def build_context_keys(wh: Warehouse, cfg: RunConfig) -> None:
-    for i, ctx_len in enumerate(key_lengths(cfg)):
-        params = {"ctx_len": ctx_len, **power_params(ctx_len), **hash_params()}
-        wh.materialize("ngrams/context_keys", params, append=i > 0, temp=True)
-    wh.materialize("ngrams/query_context_keys")
-
-
-def build_exact_continuations(wh: Warehouse, cfg: RunConfig) -> None:
+def build_trace_positions(wh: Warehouse, cfg: RunConfig) -> None:
+    tail = power_params(cfg.draft_len - 1)
     wh.materialize(
-        "ngrams/continuation_keys",
-        {"draft_len": cfg.draft_len, **power_params(cfg.draft_len), **hash_params()},
+        "ngrams/trace_positions",
+        {
+            "draft_len": cfg.draft_len,
+            "max_index_positions": cfg.max_index_positions,
+            "backoff_max_index_positions": cfg.backoff_max_index_positions,
+            "tail1": tail["pow1"],
+            "tail2": tail["pow2"],
+            **inverse_params(1),
+            **hash_params(),
+        },
         temp=True,
     )
     wh.materialize(
-        "ngrams/exact_positions",
-        {"draft_len": cfg.draft_len, "max_positions": cfg.max_index_positions},
+        "ngrams/key_lengths",
+        {
+            "context_lengths": list(cfg.context_lengths),
+            "backoff_context_lengths": list(cfg.backoff_context_lengths),
+            "copy_context_lengths": list(cfg.copy_context_lengths),
+        },
         temp=True,
     )
-    wh.materialize(
-        "ngrams/exact_continuations",
-        {"context_lengths": list(cfg.context_lengths), "top_k": cfg.max_continuations_per_context},
-    )
-
-
-def build_backoff_tables(wh: Warehouse, cfg: RunConfig) -> None:
-    wh.materialize("ngrams/backoff_positions", {"max_positions": cfg.backoff_max_index_positions}, temp=True)
-    wh.materialize(
-        "ngrams/backoff_next_tokens", {"backoff_context_lengths": list(cfg.backoff_context_lengths)}
-    )
-    wh.materialize("ngrams/backoff_top_tokens")
+    wh.materialize("ngrams/context_keys", view=True)
 
 
 def build_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
     read (selected_traces, query_context_keys, exact_continuations, backoff_*) is kept."""
     build_selected_traces(wh, cfg, traces_path)
-    build_prefix_hashes(wh)
-    build_context_keys(wh, cfg)
-    build_exact_continuations(wh, cfg)
-    build_backoff_tables(wh, cfg)
-    for table in ("context_keys", "prefix_hashes", "trace_tokens", "continuation_keys"):
-        wh.drop(table)
+    build_hash_powers(wh)
+    build_trace_positions(wh, cfg)
+    wh.materialize("ngrams/query_context_keys")
+    wh.materialize("ngrams/exact_continuations", {"top_k": cfg.max_continuations_per_context})
+    wh.materialize("ngrams/backoff_next_tokens")
+    wh.materialize("ngrams/backoff_top_tokens")
+    wh.drop_view("context_keys")
+    wh.drop("trace_positions", "key_lengths", "hash_powers")
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

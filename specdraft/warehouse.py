@@ -152,19 +152,25 @@ class Warehouse:
         return result
 
     def materialize(
-        self, name: str, params: dict[str, Any] | None = None, *, append: bool = False, temp: bool = False
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        append: bool = False,
+        temp: bool = False,
+        view: bool = False,
     ) -> None:
         """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
 
         temp=True keeps a build intermediate in memory (spilling to the warehouse's tmp/), out of
-        the warehouse file.
+        the warehouse file. view=True makes a temporary view (no parameters).
         """
         sql_file = load_sql(name)
         target = quote_identifier(sql_file.out)
         if append:
             statement = f"insert into {target} by name\n{sql_file.text}"
         else:
-            kind = "temp table" if temp else "table"
+            kind = "temp view" if view else "temp table" if temp else "table"
             statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
 
@@ -187,6 +193,9 @@ class Warehouse:
             self.con.execute(f"create or replace table {quote_identifier(table)} as select * from _specdraft_arrow")
         finally:
             self.con.unregister("_specdraft_arrow")
+
+    def drop_view(self, view: str) -> None:
+        self.con.execute(f"drop view if exists {quote_identifier(view)}")
 
     def drop(self, *tables: str) -> None:
         for table in tables:

@@ -1,15 +1,15 @@
 -- out: backoff_next_tokens
 -- grain: ctx_len, ctx_hash, token_id
--- reads: backoff_positions, context_keys
--- params: $backoff_context_lengths INTEGER[]
+-- reads: context_keys
+-- params: (none)
 -- The backoff table: per context, how often each next token followed it in train.
 select
-    k.ctx_len,
-    k.ctx_hash,
-    p.token_id,
+    ctx_len,
+    ctx_hash,
+    token_id,
     count(*) as count,
-    min(p.seen_order) as first_seen
-from backoff_positions as p
-join context_keys as k using (trace_id, pos)
-where list_contains($backoff_context_lengths, k.ctx_len)
-group by k.ctx_len, k.ctx_hash, p.token_id
+    min(backoff_order) as first_seen
+from context_keys
+where for_backoff
+    and backoff_order is not null
+group by ctx_len, ctx_hash, token_id

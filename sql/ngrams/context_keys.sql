@@ -1,28 +1,24 @@
 -- out: context_keys
 -- grain: trace_id, pos, ctx_len
--- reads: prefix_hashes
--- params: $ctx_len BIGINT, $pow1 BIGINT, $pow2 BIGINT, $p1 BIGINT, $p2 BIGINT
--- The key of the ctx_len tokens before pos (tokens[pos - ctx_len .. pos - 1]), i.e. the
--- context a drafter sees when pos tokens are known. From inclusive prefix hashes:
--- key = H(pos - 1) - H(pos - 1 - ctx_len) * B^ctx_len, under both primes, packed as h1 * 2^31 + h2.
-with bounds as (
-    select
-        trace_id,
-        split,
-        pos,
-        lag(h1, 1) over w as end1,
-        lag(h2, 1) over w as end2,
-        coalesce(lag(h1, $ctx_len + 1) over w, 0) as start1,
-        coalesce(lag(h2, $ctx_len + 1) over w, 0) as start2
-    from prefix_hashes
-    window w as (partition by trace_id order by pos)
-)
+-- reads: trace_positions, key_lengths
+-- params: (none)
+-- (a view) The key of the ctx_len tokens before pos, tokens[pos - ctx_len .. pos - 1]: the context
+-- a drafter sees when pos tokens are known. Packed as h1 * 2^31 + h2, where under each prime
+-- h = (c(pos) - c(pos - ctx_len)) * B^(pos - 1) mod p  (see trace_positions).
 select
-    trace_id,
-    split,
-    pos,
-    $ctx_len::integer as ctx_len,
-    (((end1 - start1 * $pow1 % $p1) % $p1 + $p1) % $p1) * 2147483648
-        + ((end2 - start2 * $pow2 % $p2) % $p2 + $p2) % $p2 as ctx_hash
-from bounds
-where pos >= $ctx_len
+    k.trace_id,
+    k.split,
+    k.pos,
+    l.ctx_len,
+    l.for_ngram,
+    l.for_backoff,
+    l.for_copy,
+    k.token_id,
+    k.continuation_hash,
+    k.exact_order,
+    k.backoff_order,
+    (k.c1 - s.c1) % 2147483647 * k.end_pow1 % 2147483647 * 2147483648
+        + (k.c2 - s.c2) % 2147483629 * k.end_pow2 % 2147483629 as ctx_hash
+from trace_positions as k
+cross join key_lengths as l
+join trace_positions as s on s.trace_id = k.trace_id and s.pos = k.pos - l.ctx_len

@@ -1,22 +1,22 @@
 -- out: exact_continuations
 -- grain: ctx_len, ctx_hash, rank
--- reads: exact_positions, context_keys
--- params: $context_lengths INTEGER[], $top_k BIGINT
+-- reads: context_keys, trace_positions
+-- params: $top_k BIGINT
 -- The global n-gram table: per context, the draft_len-token continuations that followed it in
 -- train, counted; the top --max-continuations-per-context kept, ranked like Counter.most_common
 -- (highest count, ties to the first seen). (src_trace_id, src_pos) is the first position the
 -- continuation was seen at: its tokens are tokens[src_pos .. src_pos + draft_len - 1] there.
 with counted as (
     select
-        k.ctx_len,
-        k.ctx_hash,
-        p.continuation_hash,
+        ctx_len,
+        ctx_hash,
+        continuation_hash,
         count(*) as count,
-        min(p.seen_order) as first_seen
-    from exact_positions as p
-    join context_keys as k using (trace_id, pos)
-    where list_contains($context_lengths, k.ctx_len)
-    group by k.ctx_len, k.ctx_hash, p.continuation_hash
+        min(exact_order) as first_seen
+    from context_keys
+    where for_ngram
+        and exact_order is not null
+    group by ctx_len, ctx_hash, continuation_hash
 ),
 ranked as (
     select
@@ -34,5 +34,5 @@ select
     p.trace_id as src_trace_id,
     p.pos as src_pos
 from ranked as r
-join exact_positions as p on p.seen_order = r.first_seen
+join trace_positions as p on p.exact_order = r.first_seen
 where r.rank <= $top_k

@@ -2,7 +2,8 @@
 -- grain: trace_id, pos, ctx_len
 -- reads: context_keys
 -- params: (none)
--- Context keys of calibration and eval traces, kept for the candidates stage and for analysts.
+-- Context keys of calibration and eval traces, at every position: what the copy and n-gram
+-- sources look up.
 select
     trace_id,
     pos,
@@ -10,3 +11,4 @@ select
     ctx_hash
 from context_keys
 where split <> 'train'
+    and (for_copy or for_ngram)
