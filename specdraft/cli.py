@@ -85,7 +85,8 @@ def warehouse_options(func):
     options = [
         click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
                      help="Warehouse directory (traces Parquet + specdraft.duckdb)."),
-        click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 4GB (default: DuckDB's)."),
+        click.option("--memory-limit", default="2GB", show_default=True,
+                     help="DuckDB memory limit, e.g. 8GB; past it, builds spill to <warehouse>/tmp."),
         click.option("--debug", is_flag=True, help="Log every SQL statement and show tracebacks."),
     ]
     for option in reversed(options):
@@ -300,6 +301,39 @@ def report(run_id, warehouse, out, debug) -> None:
     results = load_run(Path(warehouse), run_id)
     write_outputs(results, Path(out))
     click.echo(summary_table(results))
+
+
+@main.command()
+@click.option("--data", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A local trace Parquet (columns problem, problem_source, raw_reasoning, split).")
+@click.option("--reference", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The seed's reference_metrics.py (default: ../shared/tools/reference_metrics.py).")
+@click.option("--train-limit", type=int, default=0, help="Seed flag passed to both sides.")
+@click.option("--calibration-limit", type=int, default=0, help="Seed flag passed to both sides.")
+@click.option("--eval-limit", type=int, default=0, help="Seed flag passed to both sides.")
+@click.option("--max-completion-tokens", type=int, default=512, help="Seed flag passed to both sides.")
+@click.option("--max-index-positions", type=int, default=4_000_000, help="Seed flag passed to both sides.")
+@click.option("--backoff-max-index-positions", type=int, default=4_000_000,
+              help="Seed flag passed to both sides.")
+@click.option("--memory-limit", default=None, help="specdraft's --memory-limit (default: its default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def bench(data, reference, memory_limit, as_json, debug, **flags) -> None:
+    """Time the seed reference and specdraft on the same data (cold), and print the ratios.
+
+    Both run as separate processes; wall time and peak resident memory are measured for each,
+    and the histograms are compared for parity.
+    """
+    import json
+
+    from specdraft.bench import DEFAULT_REFERENCE, format_bench, run_bench
+
+    reference = Path(reference) if reference else DEFAULT_REFERENCE
+    if not reference.exists():
+        raise SpecdraftError(f"{reference}: reference script not found; pass --reference")
+    result = run_bench(Path(data), flags, reference, memory_limit)
+    click.echo(json.dumps(result, indent=2) if as_json else format_bench(result))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
-from specdraft.warehouse import Warehouse
+from specdraft.warehouse import DEFAULT_MEMORY_LIMIT, Warehouse
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _build_key(cfg: RunConfig, meta: dict, name: str, stage: str) -> str:
 
 
 def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
-              name: str | None = None, columns=None, memory_limit: str | None = None,
+              name: str | None = None, columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
               debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None):
     """Run the stages up to and including `last`, reusing tables already built for the same inputs.
 
@@ -166,6 +166,6 @@ def ingest_only(cfg: RunConfig, warehouse: Path, **kwargs) -> Path:
 
 
 def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
-            columns=None, memory_limit: str | None = None, debug: bool = False) -> dict:
+            columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False) -> dict:
     """Run every stage; return the results dict (see report.build_results)."""
     return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug)
