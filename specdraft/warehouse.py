@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import duckdb
 
@@ -124,10 +124,10 @@ class Warehouse:
             self.con.close()
             self.con = None
 
-    def __enter__(self) -> Warehouse:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- running sql/ files -------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""The command line: help everywhere, one-line errors with exit code 1, data-only stdout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from specdraft.cli import main
+
+from .helpers import write_text_traces
+
+COMMANDS = sorted(main.commands)
+
+
+def run(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_top_level_help_lists_every_command():
+    result = run(["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "demo", "ingest", "build", "candidates", "calibrate", "evaluate", "report", "bench"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_and_flag_has_help(command):
+    result = run([command, "--help"])
+    assert result.exit_code == 0
+    for param in main.commands[command].params:
+        if getattr(param, "help", None) is None and param.param_type_name == "option":
+            pytest.fail(f"{command} {param.opts} has no help text")
+
+
+def test_missing_file_is_one_line_exit_1(tmp_path):
+    result = run(["run", "--data", str(tmp_path / "nope.parquet"), "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nope.parquet" in lines[0]
+    assert result.stdout == ""
+
+
+def test_missing_column_names_file_and_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"problem": ["p"], "split": ["train"]}), path)
+    result = run(["run", "--data", str(path), "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1
+    assert "bad.parquet" in result.stderr and "raw_reasoning" in result.stderr
+    assert not (tmp_path / "wh" / "traces" / "bad.parquet").exists()
+
+
+def test_bad_flag_value_is_exit_1(tmp_path):
+    result = run(["run", "--draft-len", "0", "--data", "x.parquet", "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1
+    assert "--draft-len" in result.stderr
+
+
+def test_unknown_flag_is_usage_error():
+    assert run(["run", "--no-such-flag"]).exit_code == 2
+
+
+def test_run_then_report(tmp_path):
+    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}")
+            for i in range(40)]
+    rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
+             ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
+    data = write_text_traces(tmp_path / "mini.parquet", rows)
+    out = tmp_path / "out"
+    result = run(["run", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert "selected" in result.stdout and "wrote" not in result.stdout  # stdout is the table only
+    results = json.loads((out / "results.json").read_text())
+    assert results["dataset"] == "mini" and results["eval_examples"] == 1
+    assert (out / "accepted_histogram.svg").read_text().startswith("<svg")
+    again = run(["report", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0
+    recorded = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert recorded["selected"] == results["selected"] and recorded["run_id"] == results["run_id"]
+
+
+def test_demo_runs_offline(tmp_path):
+    result = run(["demo", "--traces", "200", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["selected"]["avg_accepted"] > 0
+    assert results["selected"]["avg_accepted"] <= results["oracle_best"]["avg_accepted"]

@@ -1,0 +1,114 @@
+"""The SQL n-gram tables equal a Counter-based oracle (tests/oracle.py), on hand-made and random traces."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft.config import RunConfig
+from specdraft.hashing import window_key
+from specdraft.ngrams import build_ngram_tables, index_counters
+from specdraft.warehouse import Warehouse
+
+from . import oracle
+from .helpers import write_token_traces
+
+# Tiny, hand-countable: an empty completion, a one-token trace, repeated tokens, traces shorter
+# than the contexts, and an eval trace.
+HAND_MADE = [
+    ("train", [1, 2], [3, 1, 2, 3, 1, 2, 3, 4]),
+    ("train", [1], []),
+    ("train", [5], [5]),
+    ("train", [], [7, 7, 7, 7, 7, 7, 7]),
+    ("train", [1, 2, 3], [1, 2, 4, 1, 2, 3]),
+    ("calibration", [1, 2], [3, 1]),
+    ("eval", [1, 2], [3, 1, 2, 3]),
+]
+
+
+def build(tmp_path, traces, cfg):
+    path = write_token_traces(tmp_path / "traces" / "t.parquet", traces)
+    wh = Warehouse(tmp_path / "wh")
+    build_ngram_tables(wh, cfg, path)
+    return wh
+
+
+def sql_exact(wh):
+    tokens = dict(wh.con.execute("select trace_id, tokens from selected_traces").fetchall())
+    rows = wh.con.execute(
+        "select ctx_len, ctx_hash, rank, count, src_trace_id, src_pos from exact_continuations order by all"
+    ).fetchall()
+    return rows, tokens
+
+
+def check_exact(wh, traces, cfg):
+    kept = oracle.selected(traces, cfg.max_completion_tokens)
+    train = [full for split, full, _ in kept if split == "train"]
+    expected, added = oracle.exact_table(
+        train, cfg.context_lengths, cfg.draft_len, cfg.max_index_positions, cfg.max_continuations_per_context
+    )
+    expected_by_key = {(length, window_key(ctx)): ranked for (length, ctx), ranked in expected.items()}
+    rows, tokens = sql_exact(wh)
+    got: dict[tuple[int, int], list] = {}
+    for ctx_len, ctx_hash, rank, count, src_trace, src_pos in rows:
+        continuation = tuple(tokens[src_trace][src_pos : src_pos + cfg.draft_len])
+        got.setdefault((ctx_len, ctx_hash), []).append((rank, continuation, count))
+    got = {key: [(c, n) for _, c, n in sorted(v)] for key, v in got.items()}
+    assert got == expected_by_key
+    assert index_counters(wh, cfg)["exact_positions_added"] == added
+
+
+def check_backoff(wh, traces, cfg):
+    kept = oracle.selected(traces, cfg.max_completion_tokens)
+    train = [full for split, full, _ in kept if split == "train"]
+    expected, added = oracle.backoff_table(train, cfg.backoff_context_lengths, cfg.backoff_max_index_positions)
+    rows = wh.con.execute("select ctx_len, ctx_hash, token_id, count from backoff_next_tokens").fetchall()
+    got: dict[tuple[int, int], dict[int, int]] = {}
+    for ctx_len, ctx_hash, token, count in rows:
+        got.setdefault((ctx_len, ctx_hash), {})[token] = count
+    assert got == {(length, window_key(ctx)): dict(c) for (length, ctx), c in expected.items()}
+    top = {(l, h): (t, n, total) for l, h, t, n, total in wh.con.execute(
+        "select ctx_len, ctx_hash, token_id, count, total from backoff_top_tokens").fetchall()}
+    for (length, ctx), counter in expected.items():
+        token, count = counter.most_common(1)[0]
+        assert top[(length, window_key(ctx))] == (token, count, counter.total())
+    assert index_counters(wh, cfg)["backoff_positions_added"] == added
+
+
+def test_hand_made_tables(tmp_path):
+    cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
+                    backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7)
+    wh = build(tmp_path, HAND_MADE, cfg)
+    check_exact(wh, HAND_MADE, cfg)
+    check_backoff(wh, HAND_MADE, cfg)
+    # hand count (responses cut to 7 tokens): context (1, 2) is followed by (3, 1, 2) twice in the
+    # first trace and once in the fifth, and by (4, 1, 2) once in the fifth
+    counts = wh.con.execute(
+        "select count from exact_continuations where ctx_len = 2 and ctx_hash = ? order by rank", [window_key([1, 2])]
+    ).fetchall()
+    assert counts == [(3,), (1,)]
+
+
+def test_caps_cut_in_train_order(tmp_path):
+    cfg = RunConfig(draft_len=2, context_lengths=(1, 2), backoff_context_lengths=(1, 2), backoff_min_context_len=1,
+                    max_index_positions=7, backoff_max_index_positions=9)
+    wh = build(tmp_path, HAND_MADE, cfg)
+    check_exact(wh, HAND_MADE, cfg)
+    check_backoff(wh, HAND_MADE, cfg)
+
+
+token_lists = st.lists(st.integers(0, 3), max_size=24)
+trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), token_lists, token_lists),
+                      min_size=1, max_size=6)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(traces=trace_sets, draft_len=st.integers(1, 4), cap=st.integers(0, 40), top_k=st.integers(1, 3),
+       cut=st.integers(0, 12))
+def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut):
+    cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2, 3, 5), backoff_context_lengths=(1, 3),
+                    backoff_min_context_len=1, max_index_positions=cap, backoff_max_index_positions=cap,
+                    max_continuations_per_context=top_k, max_completion_tokens=cut)
+    wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
+    check_exact(wh, traces, cfg)
+    check_backoff(wh, traces, cfg)

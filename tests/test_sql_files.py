@@ -1,0 +1,40 @@
+"""Every sql/ file: a header naming what it makes, and the parameters it declares are the ones it uses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from specdraft import hashing
+from specdraft.warehouse import SQL_DIR, all_sql_names, load_sql
+
+NAMES = all_sql_names()
+
+
+def test_there_are_sql_files():
+    assert len(NAMES) >= 15
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header(name):
+    sql = load_sql(name)
+    assert sql.out, f"{name}: no '-- out:' line"
+    assert sql.grain, f"{name}: no '-- grain:' line"
+    assert sql.reads, f"{name}: no '-- reads:' line"
+    stem = name.rsplit("/", 1)[-1]
+    assert stem == sql.out or stem == f"{sql.out}_start", f"{name}: file named after another table ({sql.out})"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_params_are_used_params(name):
+    sql = load_sql(name)
+    assert sql.params == sql.used_params, name
+
+
+def test_context_keys_view_uses_the_python_hash_constants():
+    # Views cannot bind parameters, so context_keys.sql spells the primes out.
+    text = (SQL_DIR / "ngrams" / "context_keys.sql").read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    numbers = {int(x) for x in re.findall(r"\b\d{9,}\b", body)}
+    assert numbers == {hashing.P1, hashing.P2, hashing.SHIFT}
