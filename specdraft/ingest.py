@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,12 +222,47 @@ def _raise_bad_json_line(path: Path) -> None:
                 raise SpecdraftError(f"{path}: line {number} is not a JSON object")
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Can we open a connection to the hub's endpoint? (Fails in milliseconds without DNS.)"""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def _offline_hub():
+    """Make datasets use only its local cache (instead of retrying an unreachable hub)."""
+    import datasets
+    from huggingface_hub import constants
+
+    saved = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
+
+
 def _hub_splits(dataset: str, columns: ColumnMap) -> dict[str, tuple[str, pl.DataFrame]]:
     import datasets
 
+    reachable = _hub_reachable()
     try:
-        loaded = datasets.load_dataset(dataset)
+        with nullcontext() if reachable else _offline_hub():
+            loaded = datasets.load_dataset(dataset)
     except Exception as exc:
+        if not reachable:
+            raise SpecdraftError(
+                f"cannot reach the Hugging Face hub for dataset {dataset!r} (and it is not cached); {_HUB_HINT}"
+            ) from exc
         if type(exc).__name__ == "DatasetNotFoundError":
             raise SpecdraftError(
                 f"dataset {dataset!r} was not found on the Hugging Face hub or in the local cache; {_HUB_HINT}"

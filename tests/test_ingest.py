@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specdraft import ingest
 from specdraft.errors import SpecdraftError
 from specdraft.ingest import PY_WHITESPACE, SPLITS, TRACE_SCHEMA, ColumnMap, read_traces
 
@@ -194,8 +195,29 @@ def test_hub_dataset_not_found(monkeypatch):
         raise DatasetNotFoundError("Dataset 'someone/nope' doesn't exist on the Hub")
 
     monkeypatch.setattr(datasets, "load_dataset", missing)
+    monkeypatch.setattr(ingest, "_hub_reachable", lambda: True)
     message = error_of(None, dataset="someone/nope")
     assert "someone/nope" in message and "not found" in message and "--data" in message
+
+
+def test_unreachable_hub_fails_fast_from_the_cache_only(monkeypatch):
+    """Without a connection, datasets is switched to its cache instead of retrying for half a minute."""
+    import datasets
+    from huggingface_hub import constants
+
+    seen = []
+    before = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+
+    def offline_load(*args, **kwargs):
+        seen.append((datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE))
+        raise FileNotFoundError("not in the cache")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline_load)
+    monkeypatch.setattr(ingest, "_hub_reachable", lambda: False)
+    message = error_of(None, dataset="someone/cached-nowhere")
+    assert seen == [(True, True)]
+    assert "cannot reach the Hugging Face hub" in message and "--data" in message
+    assert (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE) == before  # restored
 
 
 def test_hub_missing_split_and_column(monkeypatch):
