@@ -209,64 +209,42 @@ def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
     _run(cfg, source, warehouse, out, memory_limit, debug)
 
 
-@main.command()
-@config_options
-@source_options
-@warehouse_options
-@handle_errors
-def ingest(warehouse, memory_limit, debug, **kwargs) -> None:
-    """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet."""
-    from specdraft.pipeline import ingest_only
+def stage_command(func):
+    """A command that runs the pipeline up to one stage: the seed's flags, data and warehouse options."""
+    return main.command()(config_options(source_options(warehouse_options(handle_errors(func)))))
+
+
+def _until(last: str, warehouse, memory_limit, debug, kwargs):
+    from specdraft.pipeline import run_until
 
     cfg = _config(kwargs)
-    path = ingest_only(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_source(kwargs))
-    click.echo(str(path))
+    return run_until(last, cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_source(kwargs))
 
 
-@main.command()
-@config_options
-@source_options
-@warehouse_options
-@handle_errors
+@stage_command
+def ingest(warehouse, memory_limit, debug, **kwargs) -> None:
+    """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet (prints its path)."""
+    click.echo(str(_until("ingest", warehouse, memory_limit, debug, kwargs)))
+
+
+@stage_command
 def build(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 4: build the n-gram and backoff tables (ingesting first if needed)."""
-    from specdraft.pipeline import run_until
-
-    cfg = _config(kwargs)
-    counters = run_until("ngram_tables", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
-                         **_source(kwargs))
-    for key, value in counters.items():
+    for key, value in _until("ngram_tables", warehouse, memory_limit, debug, kwargs).items():
         click.echo(f"{key}\t{value}")
 
 
-@main.command()
-@config_options
-@source_options
-@warehouse_options
-@handle_errors
+@stage_command
 def candidates(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 5: every source's draft at every calibration and eval query position."""
-    from specdraft.pipeline import run_until
-
-    cfg = _config(kwargs)
-    counts = run_until("candidates", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
-                       **_source(kwargs))
-    for key, value in counts.items():
+    for key, value in _until("candidates", warehouse, memory_limit, debug, kwargs).items():
         click.echo(f"{key}\t{value}")
 
 
-@main.command()
-@config_options
-@source_options
-@warehouse_options
-@handle_errors
+@stage_command
 def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 6: calibrate the source-average policy; prints each source's calibrated average."""
-    from specdraft.pipeline import run_until
-
-    cfg = _config(kwargs)
-    policy = run_until("calibrate", cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
-                       **_source(kwargs))
+    policy = _until("calibrate", warehouse, memory_limit, debug, kwargs)
     click.echo(f"global\t{policy.global_avg:.6f}")
     for source, avg in sorted(policy.source_avg.items()):
         click.echo(f"{source}\t{avg:.6f}")

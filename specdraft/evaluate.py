@@ -56,8 +56,9 @@ def _fetch(result) -> pa.Table:
     return result.to_arrow_table()
 
 
-def candidate_policy_scores(wh: Warehouse, cand: pa.Table, policy: SourceAveragePolicy) -> np.ndarray:
-    """The seed's policy score per candidate row, with its float operations in its order."""
+def candidate_policy_scores(cand: pa.Table, policy: SourceAveragePolicy) -> tuple[np.ndarray, np.ndarray]:
+    """The seed's policy score per candidate row (and the raw score), with its float operations
+    in its order."""
     family = cand.column("family").to_numpy(zero_copy_only=False)
     sources = cand.column("source").to_numpy(zero_copy_only=False)
     raw = cand.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
@@ -124,7 +125,7 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     n_positions = int(offsets[-1])
 
     cand = _fetch(wh.query("evaluate/eval_candidates"))
-    scores, raw = candidate_policy_scores(wh, cand, policy)
+    scores, raw = candidate_policy_scores(cand, policy)
     cand_trace = cand.column("trace_id").to_numpy()
     cand_pos = cand.column("pos").to_numpy()
     starts = _group_starts(cand_trace, cand_pos)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specdraft.config import RunConfig
 from specdraft.hashing import hash_params, inverse_params, power_params
+from specdraft.progress import progress
 from specdraft.warehouse import Warehouse
 
 
@@ -71,13 +72,17 @@ def build_trace_positions(wh: Warehouse, cfg: RunConfig) -> None:
 def build_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
     read (selected_traces, query_context_keys, exact_continuations, backoff_*) is kept."""
-    build_selected_traces(wh, cfg, traces_path)
-    build_hash_powers(wh)
-    build_trace_positions(wh, cfg)
-    wh.materialize("ngrams/query_context_keys")
-    wh.materialize("ngrams/exact_continuations", {"top_k": cfg.max_continuations_per_context})
-    wh.materialize("ngrams/backoff_next_tokens")
-    wh.materialize("ngrams/backoff_top_tokens")
+    steps = [
+        lambda: build_selected_traces(wh, cfg, traces_path),
+        lambda: build_hash_powers(wh),
+        lambda: build_trace_positions(wh, cfg),
+        lambda: wh.materialize("ngrams/query_context_keys"),
+        lambda: wh.materialize("ngrams/exact_continuations", {"top_k": cfg.max_continuations_per_context}),
+        lambda: wh.materialize("ngrams/backoff_next_tokens"),
+        lambda: wh.materialize("ngrams/backoff_top_tokens"),
+    ]
+    for step in progress(steps, desc="n-gram tables", unit="table"):
+        step()
     wh.drop_view("context_keys")
     wh.drop("trace_positions", "key_lengths", "hash_powers")
 

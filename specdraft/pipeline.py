@@ -161,10 +161,6 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         return results
 
 
-def ingest_only(cfg: RunConfig, warehouse: Path, **kwargs) -> Path:
-    return run_until("ingest", cfg, warehouse, **kwargs)
-
-
 def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
             columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False) -> dict:
     """Run every stage; return the results dict (see report.build_results)."""
