@@ -48,7 +48,7 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
     with tempfile.TemporaryDirectory(prefix="specdraft-bench-") as tmp:
         command = [sys.executable, "-m", "specdraft.cli", "run", "--data", str(data),
                    "--warehouse", str(Path(tmp) / "warehouse"), "--out", str(Path(tmp) / "out"),
-                   *_flags(seed_flags)]
+                   "--preset", "seed", *_flags(seed_flags)]
         if memory_limit:
             command += ["--memory-limit", memory_limit]
         ours_run = measure(command)

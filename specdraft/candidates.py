@@ -4,7 +4,9 @@
                     -> ngram_candidates  (SQL: join with exact_continuations)
                     -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
                     -> prompt_candidates (Python text rules, autocomplete.py)
+                    -> recent_copy_candidates, ngram_all_candidates (beyond the seed)
                     -> candidates        (SQL: union, accepted prefix length)
+                    -> candidate_features (what the confidence policy sees; --preset default)
 """
 
 from __future__ import annotations
@@ -72,4 +74,9 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     )
     wh.store("backoff_candidates", backoff_candidates(wh, cfg))
     build_prompt_candidates(wh, cfg, tokenizer, traces_path)
+    beyond_seed = {"enabled": cfg.preset != "seed", "draft_len": cfg.draft_len}
+    wh.materialize("candidates/recent_copy_candidates", beyond_seed)
+    wh.materialize("candidates/ngram_all_candidates", beyond_seed)
     wh.materialize("candidates/candidates", {"draft_len": cfg.draft_len})
+    if cfg.preset != "seed":
+        wh.materialize("candidates/candidate_features")

@@ -53,6 +53,9 @@ def config_options(func):
                      help="Use the first N eval rows (0 = all)."),
         click.option("--tokenizer", default="Qwen/Qwen2.5-7B-Instruct", show_default=True,
                      help="Tokenizer: Qwen2/2.5 names work offline; others load with transformers."),
+        click.option("--preset", type=click.Choice(["default", "seed"]), default="default", show_default=True,
+                     help="seed: the seed's four sources and policy, exactly; default: specdraft's best "
+                          "drafter (more sources, a confidence model choosing per draft)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -98,7 +101,7 @@ CONFIG_KEYS = (
     "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
     "backoff_min_context_len", "max_index_positions", "backoff_max_index_positions",
     "max_continuations_per_context", "policy_prior_strength", "train_limit", "calibration_limit",
-    "eval_limit", "tokenizer",
+    "eval_limit", "tokenizer", "preset",
 )
 
 
@@ -243,11 +246,16 @@ def candidates(warehouse, memory_limit, debug, **kwargs) -> None:
 
 @stage_command
 def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
-    """Stage 6: calibrate the source-average policy; prints each source's calibrated average."""
+    """Stage 6: calibrate the policy; prints each source's average (--preset seed) or the model."""
     policy = _until("calibrate", warehouse, memory_limit, debug, kwargs)
-    click.echo(f"global\t{policy.global_avg:.6f}")
-    for source, avg in sorted(policy.source_avg.items()):
-        click.echo(f"{source}\t{avg:.6f}")
+    if hasattr(policy, "source_avg"):
+        click.echo(f"global\t{policy.global_avg:.6f}")
+        for source, avg in sorted(policy.source_avg.items()):
+            click.echo(f"{source}\t{avg:.6f}")
+    else:
+        import json
+
+        click.echo(json.dumps(policy.to_dict(), indent=2))
 
 
 @main.command()

@@ -14,6 +14,7 @@ SEED_BACKOFF_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48)
 # The seed hard-codes the prefix-copy lengths in candidates_for().
 SEED_COPY_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 MAX_CONTEXT_LEN = 1024
+PRESETS = ("default", "seed")
 
 
 def parse_lengths(value: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -52,6 +53,9 @@ class RunConfig:
     calibration_stride: int = 2
     calibration_max_positions: int = 256
     tokenizer: str = "Qwen/Qwen2.5-7B-Instruct"
+    # "seed": the seed's four sources and source-average policy, exactly. "default": adds recent
+    # copy and every-length n-gram drafts, chosen by a confidence model fitted on calibration.
+    preset: str = "default"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +90,8 @@ class RunConfig:
             raise SpecdraftError("--max-continuations-per-context must be >= 1")
         if self.policy_prior_strength < 0:
             raise SpecdraftError("--policy-prior-strength must be >= 0")
+        if self.preset not in PRESETS:
+            raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.calibration_stride < 1:
             raise SpecdraftError("calibration stride must be >= 1")
 

@@ -41,6 +41,7 @@ class Evaluation:
     proposed: dict[str, int]  # positions where each family proposed a draft
     decode_step: np.ndarray  # accepted per decode-step call
     selected_family: np.ndarray  # index into FAMILIES, -1 where nothing was proposed
+    multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k distinct drafts per position
 
 
 def accepted_prefix(draft, actual, limit: int) -> int:
@@ -197,4 +198,93 @@ def decode_step_walk(cfg, tokenizer, traces, offsets, policy, best_score, best_o
                     accepted = accepted_prefix(draft, tokens[known : known + draft_len], draft_len)
             values.append(accepted)
             cpos += accepted if accepted == draft_len else accepted + 1
+    return np.array(values, dtype=np.int64)
+
+
+# -- --preset default: the confidence policy ------------------------------------------------------
+
+MULTI_DRAFT = (2, 4)
+
+
+def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families: tuple[str, ...] = ()) -> Evaluation:
+    """Every position, decode step and multi-draft acceptance under the confidence policy.
+
+    Every source here is a function of the known prefix (prompt autocomplete decodes token by
+    token in every walk), so the decode-step walk reads the every-position choices.
+    """
+    from specdraft.confidence import SELECTABLE, eval_features
+
+    lengths = _fetch(wh.query("evaluate/eval_lengths"))
+    n_resp = lengths.column("n_response").to_numpy().astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_resp)])
+    eval_trace_ids = lengths.column("trace_id").to_numpy()  # sorted
+    n_positions = int(offsets[-1])
+
+    everything = eval_features(wh)
+    all_predicted = policy.predict(everything)
+    all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
+    all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
+    all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)
+    all_family = everything.column("family").to_numpy(zero_copy_only=False)
+    choice_rows = np.flatnonzero(np.isin(all_family, [f for f in SELECTABLE if f not in exclude_families]))
+    choices = everything.take(pa.array(choice_rows))
+    predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
+    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]]) if len(flat) else np.zeros(0, np.int64)
+    selected = np.zeros(n_positions, dtype=np.int64)
+    oracle = np.zeros(n_positions, dtype=np.int64)
+    selected_family = np.full(n_positions, -1, dtype=np.int64)
+    multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
+    if len(starts):
+        picks = _pick(predicted, starts)
+        selected[flat[picks]] = accepted[picks]
+        oracle[flat[starts]] = np.maximum.reduceat(accepted, starts)
+        family = choices.column("family_order").to_numpy()
+        selected_family[flat[picks]] = family[picks]
+        draft_keys = choices.column("draft_key").to_numpy()
+        for k in MULTI_DRAFT:
+            multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
+    per_source, proposed = {}, {}
+    for name in dict.fromkeys(all_family.tolist()):
+        # the source alone: its own best-scored draft at each position where it has one
+        rows = np.flatnonzero(all_family == name)
+        own_starts = np.flatnonzero(np.r_[True, all_flat[rows][1:] != all_flat[rows][:-1]])
+        own_picks = rows[_pick(all_predicted[rows], own_starts)]
+        alone = np.zeros(n_positions, dtype=np.int64)
+        alone[all_flat[own_picks]] = all_accepted[own_picks]
+        per_source[name] = alone
+        proposed[name] = len(own_picks)
+    decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
+    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, multi)
+
+
+def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:
+    """Best accepted among the k highest-scored distinct drafts at each position, as a tree
+    verifier checking k drafts at once would get. Rows are grouped by flat position."""
+    order = np.lexsort((-predicted, flat))
+    flat_sorted, keys_sorted = flat[order], draft_keys[order]
+    # drop repeats of a draft at a position (keep the best-scored copy)
+    by_draft = np.lexsort((np.arange(len(order)), keys_sorted, flat_sorted))
+    repeat = np.zeros(len(order), dtype=bool)
+    same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
+    repeat[by_draft[1:][same]] = True
+    kept = order[~repeat]
+    flat_kept = flat[kept]
+    group_start = np.flatnonzero(np.r_[True, flat_kept[1:] != flat_kept[:-1]])
+    rank = np.arange(len(kept)) - np.repeat(group_start, np.diff(np.r_[group_start, len(kept)]))
+    top = kept[rank < k]
+    best = np.zeros(n_positions, dtype=np.int64)
+    np.maximum.at(best, flat[top], accepted[top])
+    return best
+
+
+def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:
+    """Replay each trace: at response position c take the chosen draft's accepted length a, then
+    move to c + a + 1 (or c + draft_len on a full draft)."""
+    values: list[int] = []
+    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        c = start
+        while c < end:
+            accepted = int(selected[c])
+            values.append(accepted)
+            c += accepted if accepted == draft_len else accepted + 1
     return np.array(values, dtype=np.int64)

@@ -90,7 +90,7 @@ STAGE_SETTINGS = {
         "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
         "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit",
     ),
-    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions"),
+    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset"),
 }
 
 
@@ -101,7 +101,36 @@ def _build_key(cfg: RunConfig, meta: dict, name: str, stage: str) -> str:
         fields += STAGE_SETTINGS[earlier]
         if earlier == stage:
             break
-    return f"{name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}:{cfg.fingerprint(*fields)}"
+    return (
+        f"{name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}:{cfg.fingerprint(*fields)}"
+        f":{code_fingerprint(stage)}"
+    )
+
+
+# The code each stage's tables come from (its own and the earlier stages').
+STAGE_CODE = {
+    "ngram_tables": ("sql/traces", "sql/ngrams", "ngrams.py", "hashing.py", "traces.py"),
+    "candidates": ("sql/candidates", "candidates.py", "backoff_walk.py", "autocomplete.py"),
+}
+
+
+def code_fingerprint(stage: str) -> str:
+    """Changes whenever the SQL or Python that builds a stage's tables changes, so a rerun after an
+    upgrade rebuilds instead of reusing tables made by older code."""
+    import hashlib
+
+    package = Path(__file__).resolve().parent
+    parts: list[str] = []
+    for earlier, code in STAGE_CODE.items():
+        parts += code
+        if earlier == stage:
+            break
+    digest = hashlib.sha256()
+    for part in parts:
+        path = package.parent / part if part.startswith("sql/") else package / part
+        for file in sorted(path.rglob("*.sql")) if path.is_dir() else [path]:
+            digest.update(file.name.encode() + file.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
@@ -114,7 +143,8 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
     """
     from specdraft.calibrate import calibrate
     from specdraft.candidates import build_candidates
-    from specdraft.evaluate import evaluate
+    from specdraft.confidence import fit_confidence
+    from specdraft.evaluate import evaluate, evaluate_confidence
     from specdraft.ngrams import build_ngram_tables, index_counters
     from specdraft.report import build_results, record_run
     from specdraft.tokenizer import load_tokenizer
@@ -149,11 +179,14 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         if last == "candidates":
             return {"candidates": wh.row_count("candidates"), "query_positions": wh.row_count("query_positions")}
         with timer.stage("calibrate"):
-            policy = calibrate(wh, cfg)
+            policy = calibrate(wh, cfg) if cfg.preset == "seed" else fit_confidence(wh)
         if last == "calibrate":
             return policy
         with timer.stage("evaluate"):
-            evaluation = evaluate(wh, cfg, tokenizer, path, policy)
+            if cfg.preset == "seed":
+                evaluation = evaluate(wh, cfg, tokenizer, path, policy)
+            else:
+                evaluation = evaluate_confidence(wh, cfg, policy)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
         results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
         with wh.transaction():

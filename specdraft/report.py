@@ -11,7 +11,7 @@ import numpy as np
 from specdraft.calibrate import SourceAveragePolicy
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
-from specdraft.evaluate import FAMILIES, Evaluation
+from specdraft.evaluate import Evaluation
 from specdraft.warehouse import Warehouse
 
 
@@ -40,8 +40,8 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
                   policy: SourceAveragePolicy, evaluation: Evaluation, timings: dict) -> dict:
     stats = {row[0]: row[1] for row in wh.query("traces/trace_stats").fetchall()}
     per_source = {}
-    for name in FAMILIES:
-        summary = summarize(evaluation.per_source[name], cfg.draft_len)
+    for name, values in evaluation.per_source.items():
+        summary = summarize(values, cfg.draft_len)
         summary["proposed"] = evaluation.proposed[name]
         per_source[name] = summary
     return {
@@ -56,6 +56,9 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
         "oracle_best": summarize(evaluation.oracle_best, cfg.draft_len),
         "decode_step": summarize(evaluation.decode_step, cfg.draft_len),
         "per_source": per_source,
+        **({"multi_draft": {k: summarize(v, cfg.draft_len) for k, v in evaluation.multi_draft.items()}}
+           if evaluation.multi_draft else {}),
+        "preset": cfg.preset,
         "policy": policy.to_dict(),
         "config": cfg.to_dict(),
         "timings_s": timings,

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from specdraft.autocomplete import SpanIndex, span_prefix_map
+from specdraft.confidence import FAMILIES
 from specdraft.config import RunConfig
 from specdraft.pipeline import run_until
 from specdraft.synthetic import generate_traces
@@ -24,7 +25,7 @@ def _train_rows(n=60):
 
 
 FIRST_HALF = (
-    "<think>\nThe train leaves at 3 pm and travels 120 miles at 40 miles per hour, so it takes "
+    "<think>\nGiven: A train leaves at 3 pm and travels 120 miles at 40 miles per hour.\nThe train leaves at 3 pm and travels 120 miles at 40 miles per hour, so it takes "
     "120 / 40 = 3 hours and arrives at 6 pm.\n"
 )
 PROBLEM = "A train leaves at 3 pm and travels 120 miles at 40 miles per hour. When does it arrive?"
@@ -44,7 +45,7 @@ def _candidates(tmp_path, second_half):
         prompt_len, tokens = wh.con.execute(
             "select prompt_len, tokens from selected_traces where split = 'eval'").fetchall()[0]
         rows = wh.con.execute(
-            "select pos, family, source, draft from candidates where split = 'eval' order by pos, family"
+            "select pos, family, source, draft from candidates where split = 'eval' order by pos, source"
         ).fetchall()
     return results, prompt_len, tokens, rows
 
@@ -60,6 +61,8 @@ def test_candidates_do_not_see_future_tokens(tmp_path):
     before_a = [r for r in rows_a if r[0] <= common]
     before_b = [r for r in rows_b if r[0] <= common]
     assert before_a and before_a == before_b
+    # every source, the seed's and the ones beyond it, has drafts in the compared stretch
+    assert {family for _, family, _, _ in before_a} == set(FAMILIES)
     # and the repeat is found once it is known: copy drafts after the first half
     assert any(family == "copy" and pos > common for pos, family, _, _ in rows_a)
     # the decode-step walk over the shared first half is the same too

@@ -37,7 +37,7 @@ def assert_parity(results: dict, reference: dict) -> None:
 
 @pytest.fixture(scope="module")
 def fixture_results(tmp_path_factory):
-    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
+    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000, preset="seed")
     warehouse = tmp_path_factory.mktemp("warehouse")
     return run_all(cfg, warehouse, str(FIXTURES / "parity_traces.parquet"), "unused")
 
@@ -53,7 +53,7 @@ def test_fixture_exercises_every_source(fixture_results):
 
 
 def test_rerun_reuses_tables_and_gives_identical_results(tmp_path):
-    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
+    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000, preset="seed")
     data = str(FIXTURES / "parity_traces.parquet")
     first = run_all(cfg, tmp_path, data, "unused")
     second = run_all(cfg, tmp_path, data, "unused")
@@ -79,5 +79,5 @@ def test_smoke_parity_on_development_set(tmp_path):
         [sys.executable, str(REFERENCE), str(ROLLOUTS), *SMOKE], check=True, capture_output=True, text=True
     ).stdout)
     flags = dict(zip(SMOKE[::2], SMOKE[1::2]))
-    cfg = RunConfig(**{k.lstrip("-").replace("-", "_"): int(v) for k, v in flags.items()})
+    cfg = RunConfig(preset="seed", **{k.lstrip("-").replace("-", "_"): int(v) for k, v in flags.items()})
     assert_parity(run_all(cfg, tmp_path, str(ROLLOUTS), "unused"), reference)

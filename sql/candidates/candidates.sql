@@ -1,21 +1,32 @@
 -- out: candidates
--- grain: trace_id, pos, family
--- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates
+-- grain: trace_id, pos, source
+-- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
+--        recent_copy_candidates, ngram_all_candidates
 -- params: $draft_len BIGINT
 -- Every source's draft at every query position, with how many of its leading tokens match the
--- trace (accepted). family_order is the seed's candidate order, which breaks policy ties.
+-- trace (accepted). family_order is the seed's candidate order, which breaks policy ties; the
+-- sources beyond the seed come after it.
 with drafts as (
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 0 as family_order
+    select trace_id, pos, family, source, ctx_len, count, score, draft, 0 as family_order, match_pos
     from copy_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 1 as family_order
+    select trace_id, pos, family, source, ctx_len, count, score, draft, 1 as family_order, null as match_pos
     from prompt_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 2 as family_order
+    select trace_id, pos, family, source, ctx_len, count, score, draft, 2 as family_order, null as match_pos
     from backoff_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 3 as family_order
+    select trace_id, pos, family, source, ctx_len, count, score, draft, 3 as family_order, null as match_pos
     from ngram_candidates
+    union all
+    -- beyond the seed (empty under --preset seed)
+    select trace_id, pos, family, source, ctx_len, count, score, draft,
+        case family when 'recent-copy' then 4 else 5 end as family_order, match_pos
+    from recent_copy_candidates
+    union all
+    select trace_id, pos, family, source, ctx_len, count, score, draft,
+        case family when 'ngram-all' then 6 else 7 end as family_order, null as match_pos
+    from ngram_all_candidates
 ),
 aligned as (
     select
@@ -38,6 +49,7 @@ select
     ctx_len,
     count,
     score,
+    match_pos,
     draft,
     coalesce(
         list_position(

@@ -38,6 +38,7 @@ select
     l.ctx_len,
     null::bigint as count,
     l.ctx_len * 9.0 + 0.5 as score,
+    l.match_pos,
     t.tokens[l.match_pos + 1:l.match_pos + $draft_len] as draft
 from longest as l
 join selected_traces as t using (trace_id)

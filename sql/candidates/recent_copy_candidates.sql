@@ -1,0 +1,46 @@
+-- out: recent_copy_candidates
+-- grain: trace_id, pos, source
+-- reads: query_context_keys, query_positions, selected_traces
+-- params: $enabled BOOLEAN, $draft_len BIGINT
+-- Recent copy (not in the seed): for every context length, the latest and the second-latest
+-- earlier place in the same trace whose last ctx_len tokens equal the last ctx_len known tokens.
+-- The draft repeats what followed that place; where the copy reaches the present it goes on
+-- repeating the period (the distance back), which is how a repetition loop continues. Only
+-- known tokens (before pos) are ever read: match_pos + (i mod (pos - match_pos)) < pos.
+with occurrences as (
+    select
+        trace_id,
+        pos,
+        ctx_len,
+        lag(pos, 1) over w as latest,
+        lag(pos, 2) over w as second_latest,
+        row_number() over w - 1 as earlier_occurrences
+    from query_context_keys
+    where $enabled
+    window w as (partition by trace_id, ctx_len, ctx_hash order by pos)
+),
+matches as (
+    select trace_id, pos, ctx_len, latest as match_pos, earlier_occurrences, 'recent-copy' as family
+    from occurrences
+    where latest is not null
+    union all
+    select trace_id, pos, ctx_len, second_latest, earlier_occurrences, 'recent-copy-2'
+    from occurrences
+    where second_latest is not null
+)
+select
+    m.trace_id,
+    m.pos,
+    m.family,
+    m.family || ':' || m.ctx_len as source,
+    m.ctx_len,
+    m.earlier_occurrences as count,
+    m.ctx_len * 1.0 as score,
+    m.match_pos,
+    list_transform(
+        range($draft_len),
+        lambda i: t.tokens[m.match_pos + (i % (m.pos - m.match_pos)) + 1]
+    ) as draft
+from matches as m
+semi join query_positions as q on q.trace_id = m.trace_id and q.pos = m.pos
+join selected_traces as t on t.trace_id = m.trace_id
