@@ -114,6 +114,7 @@ def write_histogram_svg(results: dict, path) -> Path:
 
 def summary_table(results: dict) -> str:
     rows = [(key, results[key]) for key, _, _ in SERIES if key in results]
+    rows += [(f"multi-draft {k}", v) for k, v in results.get("multi_draft", {}).items()]
     rows += list(results.get("per_source", {}).items())
     header = ("metric", "positions", "avg accepted", "hit rate", "full draft", "avg on hit")
     cells = [(name, f"{s['positions']}", f"{s['avg_accepted']:.3f}", f"{100 * s['hit_rate']:.1f}%",
@@ -129,4 +130,8 @@ def summary_table(results: dict) -> str:
     total = results.get("timings_s", {}).get("total")
     if total is not None:
         footer += f"; total {total:.1f}s"
+    loo = results.get("leave_one_out")
+    if loo:
+        lines.append("leave one out (selected without the source; marginal contribution):")
+        lines += [f"  {name:<22}{v['selected_without']:.3f}  {v['marginal']:+.3f}" for name, v in loo.items()]
     return "\n".join([*lines, footer])

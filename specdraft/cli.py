@@ -160,11 +160,12 @@ def main() -> None:
     """
 
 
-def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug) -> dict:
+def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug, leave_one_out=False) -> dict:
     from specdraft.pipeline import run_all
     from specdraft.report import write_outputs
 
-    results = run_all(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **source)
+    results = run_all(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
+                      leave_one_out=leave_one_out, **source)
     if out:
         write_outputs(results, Path(out))
     from specdraft.charts import summary_table
@@ -181,14 +182,16 @@ def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug
 @warehouse_options
 @click.option("--out", default="results", show_default=True, type=click.Path(),
               help="Directory for results.json and accepted_histogram.svg.")
+@click.option("--leave-one-out", is_flag=True,
+              help="Also refit without each source and report its marginal contribution (--preset default).")
 @handle_errors
-def run(out, warehouse, memory_limit, debug, **kwargs) -> None:
+def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
     """Run every stage: ingest, tokenize, build tables, candidates, calibrate, evaluate, report.
 
     Stages already built for the same data and settings are reused.
     """
     cfg = _config(kwargs)
-    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug)
+    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, leave_one_out)
 
 
 @main.command()

@@ -135,7 +135,8 @@ def code_fingerprint(stage: str) -> str:
 
 def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
               name: str | None = None, columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
-              debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None):
+              debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None,
+              leave_one_out: bool = False):
     """Run the stages up to and including `last`, reusing tables already built for the same inputs.
 
     Returns that stage's output: counters (ngram_tables), candidate counts (candidates), the
@@ -189,12 +190,37 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
                 evaluation = evaluate_confidence(wh, cfg, policy)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
         results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
+        if leave_one_out:
+            with timer.stage("leave_one_out"):
+                results["leave_one_out"] = leave_one_out_table(wh, cfg, results)
         with wh.transaction():
             record_run(wh, results, run_id)
         return results
 
 
 def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
-            columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False) -> dict:
+            columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False,
+            leave_one_out: bool = False) -> dict:
     """Run every stage; return the results dict (see report.build_results)."""
-    return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug)
+    return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug,
+                     leave_one_out=leave_one_out)
+
+
+def leave_one_out_table(wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
+    """Each selectable source's marginal contribution: refit and re-evaluate the confidence policy
+    without it (--preset default only)."""
+    from specdraft.confidence import SELECTABLE, ConfidencePolicy, calibration_features
+    from specdraft.evaluate import evaluate_confidence
+    from specdraft.report import summarize
+
+    if cfg.preset == "seed":
+        raise SpecdraftError("--leave-one-out needs --preset default (the seed's policy has no refit)")
+    full = results["selected"]["avg_accepted"]
+    features = calibration_features(wh)
+    table = {}
+    for family in SELECTABLE:
+        policy = ConfidencePolicy.fit(features, exclude_families=(family,))
+        without = evaluate_confidence(wh, cfg, policy, exclude_families=(family,))
+        avg = summarize(without.selected, cfg.draft_len)["avg_accepted"]
+        table[family] = {"selected_without": avg, "marginal": full - avg}
+    return table
