@@ -5,6 +5,7 @@
                     -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
                     -> prompt_candidates (Python text rules, autocomplete.py)
                     -> recent_copy_candidates, ngram_all_candidates (beyond the seed)
+                    -> online_candidates (the online scenario, --online)
                     -> candidates        (SQL: union, accepted prefix length)
                     -> candidate_features (what the confidence policy sees; --preset default)
 """
@@ -77,6 +78,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     beyond_seed = {"enabled": cfg.preset != "seed", "draft_len": cfg.draft_len}
     wh.materialize("candidates/recent_copy_candidates", beyond_seed)
     wh.materialize("candidates/ngram_all_candidates", beyond_seed)
+    wh.materialize("candidates/online_candidates", {**beyond_seed, "enabled": cfg.online})
     wh.materialize("candidates/candidates", {"draft_len": cfg.draft_len})
     if cfg.preset != "seed":
         wh.materialize("candidates/candidate_features")

@@ -56,6 +56,9 @@ def config_options(func):
         click.option("--preset", type=click.Choice(["default", "seed"]), default="default", show_default=True,
                      help="seed: the seed's four sources and policy, exactly; default: specdraft's best "
                           "drafter (more sources, a confidence model choosing per draft)."),
+        click.option("--online", is_flag=True,
+                     help="The online scenario: each calibration/eval trace, once scored, joins the store "
+                          "that later traces draft from (reported separately from the offline headline)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -101,7 +104,7 @@ CONFIG_KEYS = (
     "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
     "backoff_min_context_len", "max_index_positions", "backoff_max_index_positions",
     "max_continuations_per_context", "policy_prior_strength", "train_limit", "calibration_limit",
-    "eval_limit", "tokenizer", "preset",
+    "eval_limit", "tokenizer", "preset", "online",
 )
 
 

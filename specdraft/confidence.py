@@ -26,6 +26,7 @@ FAMILIES = (
     "recent-copy-2",
     "ngram-all",
     "ngram-rank2",
+    "online",
 )
 NUMERIC_FEATURES = (
     "ctx_len",
@@ -50,7 +51,7 @@ NUMERIC_FEATURES = (
 # continuation and the seed's longest-only n-gram (the same draft as ngram-all at the longest
 # length) still count in the agreement features, but choosing among them too made the picks
 # worse (2.401 against 2.410 on the development set): they are evidence, not choices.
-SELECTABLE = ("copy", "prompt-autocomplete", "backoff", "recent-copy", "ngram-all")
+SELECTABLE = ("copy", "prompt-autocomplete", "backoff", "recent-copy", "ngram-all", "online")
 TREES = 200
 LEAVES = 63
 

@@ -56,6 +56,9 @@ class RunConfig:
     # "seed": the seed's four sources and source-average policy, exactly. "default": adds recent
     # copy and every-length n-gram drafts, chosen by a confidence model fitted on calibration.
     preset: str = "default"
+    # The online scenario: traces of a split served in order, each added to the store after it is
+    # scored (an extra "online" source). Reported separately; the headline stays offline.
+    online: bool = False
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +95,8 @@ class RunConfig:
             raise SpecdraftError("--policy-prior-strength must be >= 0")
         if self.preset not in PRESETS:
             raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.online and self.preset == "seed":
+            raise SpecdraftError("--online needs --preset default")
         if self.calibration_stride < 1:
             raise SpecdraftError("calibration stride must be >= 1")
 

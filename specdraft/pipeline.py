@@ -90,7 +90,8 @@ STAGE_SETTINGS = {
         "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
         "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit",
     ),
-    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset"),
+    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset",
+                   "online"),
 }
 
 
@@ -219,6 +220,8 @@ def leave_one_out_table(wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
     features = calibration_features(wh)
     table = {}
     for family in SELECTABLE:
+        if family not in results["per_source"]:
+            continue
         policy = ConfidencePolicy.fit(features, exclude_families=(family,))
         without = evaluate_confidence(wh, cfg, policy, exclude_families=(family,))
         avg = summarize(without.selected, cfg.draft_len)["avg_accepted"]

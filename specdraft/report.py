@@ -59,6 +59,7 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
         **({"multi_draft": {k: summarize(v, cfg.draft_len) for k, v in evaluation.multi_draft.items()}}
            if evaluation.multi_draft else {}),
         "preset": cfg.preset,
+        "scenario": "online" if cfg.online else "offline",
         "policy": policy.to_dict(),
         "config": cfg.to_dict(),
         "timings_s": timings,

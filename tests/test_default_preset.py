@@ -29,14 +29,15 @@ def test_metrics_are_ordered(results):
 
 
 def test_every_source_reports(results):
-    assert set(SELECTABLE) <= set(results["per_source"])
-    for family in SELECTABLE:
+    offline = [f for f in SELECTABLE if f != "online"]
+    assert set(offline) <= set(results["per_source"]) and "online" not in results["per_source"]
+    for family in offline:
         assert results["per_source"][family]["positions"] == results["selected"]["positions"]
 
 
 def test_leave_one_out_covers_each_choice(results):
     table = results["leave_one_out"]
-    assert list(table) == list(SELECTABLE)
+    assert list(table) == [f for f in SELECTABLE if f != "online"]
     for row in table.values():
         assert row["marginal"] == pytest.approx(results["selected"]["avg_accepted"] - row["selected_without"])
 
@@ -52,3 +53,33 @@ def test_leave_one_out_needs_the_default_preset(tmp_path):
     with pytest.raises(SpecdraftError, match="--preset default"):
         run_all(RunConfig(preset="seed", **FLAGS), tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused",
                 leave_one_out=True)
+
+
+def test_online_scenario_reads_only_earlier_traces(tmp_path):
+    """Online drafts for a trace come from traces served before it: changing the last eval trace
+    changes no online draft of an earlier one."""
+    import pyarrow.parquet as pq
+
+    from specdraft.warehouse import Warehouse
+
+    table = pq.read_table(FIXTURES / "parity_traces.parquet")
+    changed = table.to_pylist()
+    last_eval = max(i for i, row in enumerate(changed) if row["split"] == "eval")
+    changed[last_eval]["raw_reasoning"] = "<think>\nSomething else entirely.\n</think> 0"
+    pq.write_table(table.from_pylist(changed, schema=table.schema), tmp_path / "changed.parquet")
+    drafts = []
+    for name, path in (("a", FIXTURES / "parity_traces.parquet"), ("b", tmp_path / "changed.parquet")):
+        results = run_all(RunConfig(online=True, **FLAGS), tmp_path / name, str(path), "unused")
+        assert results["scenario"] == "online" and results["per_source"]["online"]["proposed"] > 0
+        with Warehouse(tmp_path / name, read_only=True) as wh:
+            last = wh.con.execute("select max(trace_id) from selected_traces where split = 'eval'").fetchall()[0][0]
+            rows = wh.con.execute(
+                "select trace_id, pos, source, draft from candidates where family = 'online' and trace_id < ? "
+                "order by all", [last]).fetchall()
+        drafts.append(rows)
+    assert drafts[0] and drafts[0] == drafts[1]
+
+
+def test_online_needs_the_default_preset():
+    with pytest.raises(SpecdraftError, match="--preset default"):
+        RunConfig(preset="seed", online=True)

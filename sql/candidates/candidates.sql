@@ -1,7 +1,7 @@
 -- out: candidates
 -- grain: trace_id, pos, source
 -- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
---        recent_copy_candidates, ngram_all_candidates
+--        recent_copy_candidates, ngram_all_candidates, online_candidates
 -- params: $draft_len BIGINT
 -- Every source's draft at every query position, with how many of its leading tokens match the
 -- trace (accepted). family_order is the seed's candidate order, which breaks policy ties; the
@@ -27,6 +27,10 @@ with drafts as (
     select trace_id, pos, family, source, ctx_len, count, score, draft,
         case family when 'ngram-all' then 6 else 7 end as family_order, null as match_pos
     from ngram_all_candidates
+    union all
+    -- the online scenario only (--online)
+    select trace_id, pos, family, source, ctx_len, count, score, draft, 8 as family_order, null as match_pos
+    from online_candidates
 ),
 aligned as (
     select
