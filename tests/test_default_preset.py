@@ -11,7 +11,7 @@ from specdraft.pipeline import run_all
 
 from .conftest import FIXTURES
 
-FLAGS = dict(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
+FLAGS = {"max_completion_tokens": 160, "max_index_positions": 5000, "backoff_max_index_positions": 6000}
 
 
 @pytest.fixture(scope="module")
