@@ -42,6 +42,7 @@ class Evaluation:
     decode_step: np.ndarray  # accepted per decode-step call
     selected_family: np.ndarray  # index into FAMILIES, -1 where nothing was proposed
     multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k distinct drafts per position
+    positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
 
 
 def accepted_prefix(draft, actual, limit: int) -> int:
@@ -141,11 +142,15 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     selected = np.zeros(n_positions, dtype=np.int64)
     selected_family = np.full(n_positions, -1, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
+    chosen_source = np.full(n_positions, None, dtype=object)
+    chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
         picks = _pick(scores, starts)
         selected[flat] = accepted[picks]
         selected_family[flat] = family_order[picks]
         oracle[flat] = np.maximum.reduceat(accepted, starts)
+        chosen_source[flat] = cand.column("source").to_numpy(zero_copy_only=False)[picks]
+        chosen_ctx[flat] = cand.column("ctx_len").fill_null(0).to_numpy()[picks]
     per_source, proposed = {}, {}
     for order, name in enumerate(FAMILIES):
         rows = family_order == order
@@ -169,7 +174,27 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
         best_other_accepted[where] = accepted[other_picks]
     decode = decode_step_walk(cfg, tokenizer, traces, offsets, policy,
                               best_other_score, best_other_order, best_other_accepted)
-    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family)
+    positions = positions_table(trace_ids, traces.column("prompt_len").to_numpy(), n_resp,
+                                selected, oracle, chosen_source, chosen_ctx)
+    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, positions=positions)
+
+
+def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_source, chosen_ctx) -> pa.Table:
+    """One row per eval position (trace order, then position): what was chosen and how it did."""
+    n_resp = np.asarray(n_resp, dtype=np.int64)
+    starts = np.repeat(np.cumsum(n_resp) - n_resp, n_resp)
+    completion_pos = np.arange(int(n_resp.sum())) - starts
+    return pa.table(
+        {
+            "trace_id": np.repeat(np.asarray(trace_ids, dtype=np.int64), n_resp),
+            "pos": np.repeat(np.asarray(prompt_lens, dtype=np.int64), n_resp) + completion_pos,
+            "completion_pos": completion_pos,
+            "source": pa.array(chosen_source.tolist(), pa.string()),
+            "ctx_len": chosen_ctx,
+            "accepted": selected,
+            "oracle_accepted": oracle,
+        }
+    )
 
 
 def decode_step_walk(cfg, tokenizer, traces, offsets, policy, best_score, best_order, best_accepted) -> np.ndarray:
@@ -234,10 +259,14 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     oracle = np.zeros(n_positions, dtype=np.int64)
     selected_family = np.full(n_positions, -1, dtype=np.int64)
     multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
+    chosen_source = np.full(n_positions, None, dtype=object)
+    chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
         picks = _pick(predicted, starts)
         selected[flat[picks]] = accepted[picks]
         oracle[flat[starts]] = np.maximum.reduceat(accepted, starts)
+        chosen_source[flat[picks]] = choices.column("source").to_numpy(zero_copy_only=False)[picks]
+        chosen_ctx[flat[picks]] = choices.column("ctx_len").to_numpy()[picks]
         family = choices.column("family_order").to_numpy()
         selected_family[flat[picks]] = family[picks]
         draft_keys = choices.column("draft_key").to_numpy()
@@ -254,7 +283,9 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         per_source[name] = alone
         proposed[name] = len(own_picks)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
-    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, multi)
+    positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
+                                selected, oracle, chosen_source, chosen_ctx)
+    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, multi, positions)
 
 
 def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:

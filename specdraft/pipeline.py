@@ -59,11 +59,37 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
                 f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
                 f"use another --name for {cfg.tokenizer}"
             )
-        if meta.get("source") == source:
+        if meta.get("source") == source and wh.has_table("vocab"):
             return path, meta
-    rows = read_traces(data, dataset, columns or ColumnMap())
-    write_traces(rows, tokenizer, path, source)
-    return path, read_metadata(path)
+    if not (path.exists() and meta.get("source") == source):
+        rows = read_traces(data, dataset, columns or ColumnMap())
+        write_traces(rows, tokenizer, path, source)
+    meta = read_metadata(path)
+    register_dataset(wh, name, path, meta, tokenizer)
+    return path, meta
+
+
+def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
+    """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog."""
+    from specdraft.tokenizer import vocab_table
+
+    with wh.transaction():
+        wh.store("vocab", vocab_table(tokenizer))
+        wh.create_text_macro()
+        wh.materialize(
+            "warehouse/dataset_versions",
+            {
+                "name": name,
+                "traces_path": str(path),
+                "tokenizer": meta.get("tokenizer"),
+                "tokenizer_fingerprint": meta.get("tokenizer_fingerprint"),
+                "source": meta.get("source"),
+                "traces": meta.get("rows"),
+            },
+            append=wh.has_table("dataset_versions", "main"),
+            schema="main",
+        )
+        wh.materialize("warehouse/datasets", view=True, schema="main", persistent_view=True)
 
 
 def _source_signature(data: str | None, dataset: str, columns) -> str:
@@ -156,7 +182,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
     timer = timer or StageTimer()
     name = name or dataset_name_for(data, dataset)
     started = time.perf_counter()
-    with Warehouse(Path(warehouse), memory_limit=memory_limit, debug=debug) as wh:
+    with Warehouse(Path(warehouse), memory_limit=memory_limit, debug=debug, dataset=name) as wh:
         with timer.stage("ingest"):
             path, meta = ingest_dataset(wh, cfg, data, dataset, name, columns)
         if last == "ingest":
@@ -195,7 +221,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
             with timer.stage("leave_one_out"):
                 results["leave_one_out"] = leave_one_out_table(wh, cfg, results)
         with wh.transaction():
-            record_run(wh, results, run_id)
+            record_run(wh, results, run_id, evaluation.positions)
         return results
 
 

@@ -74,26 +74,36 @@ def new_run_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def record_run(wh: Warehouse, results: dict, run_id: str | None = None) -> str:
-    """Add the run to the warehouse's runs table; results["run_id"] is set."""
+def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None) -> str:
+    """Add the run to the warehouse's runs table (and its eval positions to the dataset's
+    eval_positions table); results["run_id"] is set."""
     results["run_id"] = run_id or new_run_id()
+    if positions is not None:
+        import pyarrow as pa
+
+        run_ids = pa.array([results["run_id"]] * positions.num_rows, pa.string())
+        wh.store("eval_positions", positions.add_column(0, "run_id", run_ids), append=True)
+        for view in ("top_hitting_contexts", "acceptance_by_source", "acceptance_by_position", "policy_regret"):
+            wh.materialize(f"analysis/{view}", persistent_view=True)
     wh.materialize(
         "report/runs",
         {
             "run_id": results["run_id"],
             "dataset": results["dataset"],
+            "preset": results["preset"],
             "tokenizer": results["tokenizer"]["name"],
             "config": json.dumps(results["config"], sort_keys=True),
             "results": json.dumps(results, sort_keys=True),
         },
-        append=wh.has_table("runs"),
+        append=wh.has_table("runs", "main"),
+        schema="main",
     )
     return results["run_id"]
 
 
 def load_run(warehouse: Path, run_id: str | None = None) -> dict:
     with Warehouse(warehouse, read_only=True) as wh:
-        if not wh.has_table("runs"):
+        if not wh.has_table("runs", "main"):
             raise SpecdraftError(f"{warehouse}: no runs recorded yet; run `specdraft run` first")
         rows = wh.query("report/run_results", {"run_id": run_id or ""}).fetchall()
     row = rows[0] if rows else None

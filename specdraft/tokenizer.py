@@ -287,3 +287,21 @@ def _load_hf(name: str) -> HFTokenizer:
 def _looks_like_path(name: str) -> bool:
     """Hub ids are "model" or "org/model"; anything else was meant as a local path."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
+def vocab_table(tokenizer: Tokenizer):
+    """token_id, piece (the token decoded alone, U+FFFD for a partial character) and its raw bytes."""
+    import pyarrow as pa
+
+    ids, pieces, raw = [], [], []
+    for token_id in range(tokenizer.vocab_size):
+        try:
+            data = tokenizer.token_bytes(token_id)
+        except (ValueError, KeyError):
+            continue
+        ids.append(token_id)
+        raw.append(data)
+        pieces.append(data.decode("utf-8", errors="replace"))
+    return pa.table(
+        {"token_id": pa.array(ids, pa.int32()), "piece": pa.array(pieces, pa.string()), "bytes": pa.array(raw, pa.binary())}
+    )

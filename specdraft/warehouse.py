@@ -95,6 +95,8 @@ class Warehouse:
     read_only: bool = False
     debug: bool = False
     memory_limit: str | None = DEFAULT_MEMORY_LIMIT
+    # Each dataset's tables live in a schema named after it; runs and the catalog live in main.
+    dataset: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     con: duckdb.DuckDBPyConnection | None = None
 
@@ -114,6 +116,35 @@ class Warehouse:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
         if self.memory_limit:
             self.con.execute("set memory_limit = ?", [self.memory_limit])
+        if self.dataset:
+            self.use_dataset(self.dataset)
+
+    def use_dataset(self, name: str) -> None:
+        """Make `name`'s schema the current one: unqualified table names resolve (and are created) there."""
+        schema = quote_identifier(name)
+        if not self.read_only:
+            self.con.execute(f"create schema if not exists {schema}")
+        elif not self.has_schema(name):
+            raise SpecdraftError(f"{self.root / DB_FILE}: no dataset {name!r} in this warehouse")
+        self.con.execute(f"use {schema}")
+        self.dataset = name
+
+    def has_schema(self, name: str) -> bool:
+        rows = self.con.execute(
+            "select count(*) from information_schema.schemata where schema_name = ?", [name]
+        ).fetchall()
+        return bool(rows[0][0])
+
+    def create_text_macro(self) -> None:
+        """as_text(token_ids): a token list rendered as text through the current dataset's vocab
+        (qualified, so it works from any schema: gsm8k.as_text(...))."""
+        schema = quote_identifier(self.dataset or "main")
+        self.con.execute(
+            f"create or replace macro {schema}.as_text(token_ids) as ("
+            f"select coalesce(string_agg(v.piece, '' order by t.i), '') "
+            f"from (select unnest(token_ids) as token_id, unnest(generate_series(1, len(token_ids))) as i) as t "
+            f"join {schema}.vocab as v using (token_id))"
+        )
 
     @property
     def traces_dir(self) -> Path:
@@ -162,6 +193,8 @@ class Warehouse:
         append: bool = False,
         temp: bool = False,
         view: bool = False,
+        schema: str | None = None,
+        persistent_view: bool = False,
     ) -> None:
         """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
 
@@ -170,10 +203,12 @@ class Warehouse:
         """
         sql_file = load_sql(name)
         target = quote_identifier(sql_file.out)
+        if schema:
+            target = f"{quote_identifier(schema)}.{target}"
         if append:
             statement = f"insert into {target} by name\n{sql_file.text}"
         else:
-            kind = "temp view" if view else "temp table" if temp else "table"
+            kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
             statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
 
@@ -189,11 +224,16 @@ class Warehouse:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""
         self.con.register(quote_identifier(name).strip('"'), data)
 
-    def store(self, table: str, data: Any) -> None:
-        """Write an Arrow table made in Python (backoff walk, prompt autocomplete) as a table."""
+    def store(self, table: str, data: Any, append: bool = False) -> None:
+        """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
+        as a table, or append its rows."""
         self.con.register("_specdraft_arrow", data)
+        target = quote_identifier(table)
         try:
-            self.con.execute(f"create or replace table {quote_identifier(table)} as select * from _specdraft_arrow")
+            if append and self.has_table(table):
+                self.con.execute(f"insert into {target} by name select * from _specdraft_arrow")
+            else:
+                self.con.execute(f"create or replace table {target} as select * from _specdraft_arrow")
         finally:
             self.con.unregister("_specdraft_arrow")
 
@@ -231,9 +271,12 @@ class Warehouse:
         self.materialize("warehouse/build_state", {"stage": stage, "build_key": key},
                          append=self.has_table("build_state"))
 
-    def has_table(self, table: str) -> bool:
+    def has_table(self, table: str, schema: str | None = None) -> bool:
+        """Is there such a table (or view) in `schema` (default: the current schema)?"""
         rows = self.con.execute(
-            "select count(*) from information_schema.tables where table_name = ?", [table]
+            "select count(*) from information_schema.tables where table_name = ? "
+            "and table_schema = coalesce(?, current_schema())",
+            [table, schema],
         ).fetchall()
         return bool(rows[0][0])
 

@@ -16,6 +16,8 @@ from specdraft.synthetic import generate_traces
 from .helpers import write_text_traces
 
 CFG = RunConfig(max_completion_tokens=400, max_index_positions=0, backoff_max_index_positions=0)
+# with the online scenario's source too: drafts from eval traces served earlier
+ONLINE = RunConfig(max_completion_tokens=400, max_index_positions=0, backoff_max_index_positions=0, online=True)
 
 
 def _train_rows(n=60):
@@ -34,18 +36,21 @@ PROBLEM = "A train leaves at 3 pm and travels 120 miles at 40 miles per hour. Wh
 def _candidates(tmp_path, second_half):
     rows = _train_rows() + [
         ("calibration", PROBLEM, FIRST_HALF + "So the answer is 6 pm."),
+        ("calibration", PROBLEM, FIRST_HALF + "It arrives at 6 pm."),
+        ("eval", PROBLEM, FIRST_HALF + "It arrives at six."),  # served before the one checked
         ("eval", PROBLEM, FIRST_HALF + second_half),
     ]
     data = write_text_traces(tmp_path / "in.parquet", rows)
     warehouse = tmp_path / "wh"
-    results = run_until("evaluate", CFG, warehouse, str(data), "unused", name="leak")
+    results = run_until("evaluate", ONLINE, warehouse, str(data), "unused", name="leak")
     from specdraft.warehouse import Warehouse
 
-    with Warehouse(warehouse, read_only=True) as wh:
-        prompt_len, tokens = wh.con.execute(
-            "select prompt_len, tokens from selected_traces where split = 'eval'").fetchall()[0]
+    with Warehouse(warehouse, read_only=True, dataset="leak") as wh:
+        trace_id, prompt_len, tokens = wh.con.execute(
+            "select trace_id, prompt_len, tokens from selected_traces where split = 'eval' "
+            "order by trace_id desc limit 1").fetchall()[0]
         rows = wh.con.execute(
-            "select pos, family, source, draft from candidates where split = 'eval' order by pos, source"
+            "select pos, family, source, draft from candidates where trace_id = ? order by pos, source", [trace_id]
         ).fetchall()
     return results, prompt_len, tokens, rows
 
@@ -78,7 +83,7 @@ def test_ngram_drafts_are_real_train_continuations(tmp_path):
     run_until("candidates", CFG, tmp_path / "wh", str(data), "unused", name="real")
     from specdraft.warehouse import Warehouse
 
-    with Warehouse(tmp_path / "wh", read_only=True) as wh:
+    with Warehouse(tmp_path / "wh", read_only=True, dataset="real") as wh:
         tokens = dict(wh.con.execute("select trace_id, tokens from selected_traces").fetchall())
         split = dict(wh.con.execute("select trace_id, split from selected_traces").fetchall())
         ngram = wh.con.execute("select trace_id, pos, ctx_len, draft from candidates where family = 'ngram'").fetchall()

@@ -69,9 +69,9 @@ def test_online_scenario_reads_only_earlier_traces(tmp_path):
     pq.write_table(table.from_pylist(changed, schema=table.schema), tmp_path / "changed.parquet")
     drafts = []
     for name, path in (("a", FIXTURES / "parity_traces.parquet"), ("b", tmp_path / "changed.parquet")):
-        results = run_all(RunConfig(online=True, **FLAGS), tmp_path / name, str(path), "unused")
+        results = run_all(RunConfig(online=True, **FLAGS), tmp_path / name, str(path), "unused", name="online")
         assert results["scenario"] == "online" and results["per_source"]["online"]["proposed"] > 0
-        with Warehouse(tmp_path / name, read_only=True) as wh:
+        with Warehouse(tmp_path / name, read_only=True, dataset="online") as wh:
             last = wh.con.execute("select max(trace_id) from selected_traces where split = 'eval'").fetchall()[0][0]
             rows = wh.con.execute(
                 "select trace_id, pos, source, draft from candidates where family = 'online' and trace_id < ? "

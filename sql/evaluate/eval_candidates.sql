@@ -10,6 +10,7 @@ select
     family_order,
     family,
     source,
+    ctx_len,
     count,
     score,
     accepted
