@@ -296,6 +296,36 @@ def report(run_id, warehouse, out, debug) -> None:
 
 
 @main.command()
+@click.argument("query", required=False)
+@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False),
+              help="Run the SQL in this file instead of QUERY.")
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--dataset", "dataset_name", default=None,
+              help="Dataset whose schema unqualified names resolve to (default: the only or latest one).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="Output format (parquet needs -o).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the result to this file instead of stdout.")
+@click.option("--write", is_flag=True, help="Open the warehouse for writing (default: read-only).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> None:
+    """Run a SQL query (or a file) against the warehouse; read-only unless --write.
+
+    Each dataset's tables are in a schema named after it (gsm8k.candidates); the catalog is
+    main.datasets and runs are main.runs. as_text(token_ids) renders tokens as text.
+    """
+    from specdraft.analysis import run_query
+
+    if (query is None) == (sql_file is None):
+        raise click.UsageError("give a QUERY or --file, not both")
+    text = Path(sql_file).read_text() if sql_file else query
+    run_query(Path(warehouse), text, fmt=fmt, output=Path(output) if output else None,
+              dataset=dataset_name, write=write, echo=click.echo)
+
+
+@main.command()
 @click.option("--data", required=True, type=click.Path(exists=True, dir_okay=False),
               help="A local trace Parquet (columns problem, problem_source, raw_reasoning, split).")
 @click.option("--reference", default=None, type=click.Path(exists=True, dir_okay=False),

@@ -1,0 +1,71 @@
+"""The README's example queries, run against a warehouse holding two datasets with two tokenizers."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specdraft.analysis import run_query
+from specdraft.config import RunConfig
+from specdraft.pipeline import run_all
+
+from .conftest import FIXTURES
+from .test_tokenizer import _write_local_hf_tokenizer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FLAGS = {"max_completion_tokens": 160, "max_index_positions": 5000, "backoff_max_index_positions": 6000}
+
+
+def readme_queries() -> list[str]:
+    text = README.read_text()
+    block = text.split("<!-- queries -->", 1)[1].split("<!-- end queries -->", 1)[0]
+    return re.findall(r"```sql\n(.*?)```", block, flags=re.DOTALL)
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    root = tmp_path_factory.mktemp("warehouse")
+    tokenizer = tmp_path_factory.mktemp("tok") / "tiny"
+    _write_local_hf_tokenizer(tokenizer)
+    data = str(FIXTURES / "parity_traces.parquet")
+    run_all(RunConfig(**FLAGS), root, data, "unused", name="qwen_side")
+    run_all(RunConfig(tokenizer=str(tokenizer), **FLAGS), root, data, "unused", name="tiny_side")
+    return root
+
+
+def query(warehouse, text, dataset=None):
+    out: list[str] = []
+    run_query(warehouse, text, fmt="json", dataset=dataset, echo=out.append)
+    return json.loads(out[0])
+
+
+def test_readme_has_8_to_10_queries():
+    assert 8 <= len(readme_queries()) <= 10
+
+
+@pytest.mark.parametrize("index", range(len(readme_queries())))
+@pytest.mark.parametrize("dataset", ["qwen_side", "tiny_side"])
+def test_readme_query_returns_rows(warehouse, index, dataset):
+    rows = query(warehouse, readme_queries()[index], dataset=dataset)
+    assert rows, readme_queries()[index]
+
+
+def test_two_tokenizers_side_by_side(warehouse):
+    datasets = query(warehouse, "select name, tokenizer, tokenizer_fingerprint from main.datasets order by name")
+    assert [d["name"] for d in datasets] == ["qwen_side", "tiny_side"]
+    assert datasets[0]["tokenizer_fingerprint"] != datasets[1]["tokenizer_fingerprint"]
+    runs = query(warehouse, "select dataset, tokenizer, selected_avg_accepted from main.runs order by dataset")
+    assert [r["dataset"] for r in runs] == ["qwen_side", "tiny_side"]
+    # each dataset's text renders through its own vocabulary
+    texts = query(warehouse, "select qwen_side.as_text([9707, 11, 1879]) as a, tiny_side.as_text([]) as b")
+    assert texts == [{"a": "Hello, world", "b": ""}]
+
+
+def test_sql_is_read_only_by_default(warehouse):
+    from specdraft.errors import SpecdraftError
+
+    with pytest.raises(SpecdraftError, match="read-only"):
+        query(warehouse, "create table main.scratch as select 1 as x")
