@@ -326,6 +326,38 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
 
 
 @main.command()
+@click.argument("text")
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--dataset", "dataset_name", default=None, help="Dataset to look up in (default: the latest).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
+    """Show what every source would propose after TEXT: drafts as text, with counts and context lengths."""
+    import json
+
+    from specdraft.analysis import default_dataset
+    from specdraft.config import RunConfig
+    from specdraft.lookup import lookup as run_lookup
+    from specdraft.warehouse import Warehouse
+
+    if dataset_name is None:
+        with Warehouse(Path(warehouse), read_only=True, memory_limit=None) as wh:
+            dataset_name = default_dataset(wh)
+        if dataset_name is None:
+            raise SpecdraftError(f"{warehouse}: no dataset ingested yet")
+    rows = run_lookup(Path(warehouse), dataset_name, text, RunConfig())
+    if fmt == "json":
+        click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    for row in rows:
+        count = "" if row["count"] is None else f" count {row['count']}"
+        click.echo(f"{row['source']:<22}{count:<12} {row['text']!r}")
+
+
+@main.command()
 @click.option("--data", required=True, type=click.Path(exists=True, dir_okay=False),
               help="A local trace Parquet (columns problem, problem_source, raw_reasoning, split).")
 @click.option("--reference", default=None, type=click.Path(exists=True, dir_okay=False),

@@ -69,3 +69,25 @@ def test_sql_is_read_only_by_default(warehouse):
 
     with pytest.raises(SpecdraftError, match="read-only"):
         query(warehouse, "create table main.scratch as select 1 as x")
+
+
+def test_lookup_shows_every_table_source(warehouse):
+    from specdraft.lookup import lookup
+
+    rows = lookup(warehouse, "qwen_side", "<think>\nHmm, okay. Let me think about", RunConfig())
+    sources = {row["source"].split(":")[0] for row in rows}
+    assert {"ngram", "backoff"} <= sources and all(row["text"] for row in rows)
+    rows = lookup(warehouse, "qwen_side", "The total is 12. The total is", RunConfig())
+    copy = next(row for row in rows if row["source"].startswith("recent-copy"))
+    assert copy["text"].startswith(" 12. The total is")  # the repeat continues
+
+
+def test_lookup_cli(warehouse):
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+
+    result = CliRunner().invoke(main, ["lookup", "--warehouse", str(warehouse), "--dataset", "qwen_side",
+                                       "--format", "json", "The answer is"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)
