@@ -286,13 +286,17 @@ def evaluate(out, warehouse, memory_limit, debug, **kwargs) -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
 def report(run_id, warehouse, out, debug) -> None:
-    """Stage 8: write results.json and the histogram chart of a recorded run (default: the latest)."""
+    """Stage 8: write results.json, the histogram chart and report.html of a recorded run (default:
+    the latest). The HTML page is self-contained (works offline)."""
     from specdraft.charts import summary_table
+    from specdraft.html_report import write_html_report
     from specdraft.report import load_run, write_outputs
 
     results = load_run(Path(warehouse), run_id)
     write_outputs(results, Path(out))
+    write_html_report(Path(warehouse), results, Path(out) / "report.html")
     click.echo(summary_table(results))
+    click.echo(f"wrote {Path(out) / 'report.html'}", err=True)
 
 
 @main.command()

@@ -91,3 +91,44 @@ def test_lookup_cli(warehouse):
                                        "--format", "json", "The answer is"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)
+
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None)
+
+
+def _chromium(*args: str) -> str:
+    import subprocess
+
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    done = subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+    return done.stdout
+
+
+def test_html_report_has_its_charts(warehouse, tmp_path):
+    from specdraft.html_report import write_html_report
+    from specdraft.report import load_run
+
+    results = load_run(warehouse, None)
+    page = write_html_report(warehouse, results, tmp_path / "report.html")
+    html = page.read_text()
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched: works offline
+    assert html.count('class="bar"') >= 3 * (results["draft_len"] + 1) + len(results["per_source"])
+    assert "<table id=\"contexts\">" in html and html.count("<tr>") > 5
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_in_headless_chromium(warehouse, tmp_path):
+    """Open the page as a browser would: the rendered DOM has the charts, and a screenshot is taken."""
+    from specdraft.html_report import write_html_report
+    from specdraft.report import load_run
+
+    page = write_html_report(warehouse, load_run(warehouse, None), tmp_path / "report.html")
+    profile = str(tmp_path / "profile")
+    dom = _chromium(f"--user-data-dir={profile}", "--dump-dom", page.as_uri())
+    for chart in ('id="histogram"', 'id="sources"', 'id="positions"', 'id="contexts"'):
+        assert chart in dom
+    assert dom.count("<rect") > 40
+    shot = tmp_path / "report.png"
+    _chromium(f"--user-data-dir={profile}", "--window-size=1000,2000", f"--screenshot={shot}", page.as_uri())
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

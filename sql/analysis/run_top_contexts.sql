@@ -1,0 +1,23 @@
+-- out: run_top_contexts
+-- grain: ctx_tokens, source
+-- reads: top_hitting_contexts, vocab (through as_text)
+-- params: $run_id VARCHAR, $top BIGINT
+-- One run's most-hit contexts, rendered as text, for its report.
+with top_contexts as (
+    select
+        ctx_tokens,
+        source,
+        hits,
+        chosen
+    from top_hitting_contexts
+    where run_id = $run_id
+    order by hits desc, chosen desc, source
+    limit $top
+)
+select
+    as_text(ctx_tokens) as context,
+    source,
+    hits,
+    chosen
+from top_contexts
+order by hits desc, chosen desc, source
