@@ -101,7 +101,7 @@ def _chromium(*args: str) -> str:
 
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    done = subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120, check=True)
     return done.stdout
 
 
