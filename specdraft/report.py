@@ -83,7 +83,8 @@ def record_run(wh: Warehouse, results: dict, run_id: str | None = None, position
 
         run_ids = pa.array([results["run_id"]] * positions.num_rows, pa.string())
         wh.store("eval_positions", positions.add_column(0, "run_id", run_ids), append=True)
-        for view in ("top_hitting_contexts", "acceptance_by_source", "acceptance_by_position", "policy_regret"):
+        for view in ("eval_position_drafts", "top_hitting_contexts", "acceptance_by_source",
+                     "acceptance_by_position", "policy_regret"):
             wh.materialize(f"analysis/{view}", persistent_view=True)
     wh.materialize(
         "report/runs",
