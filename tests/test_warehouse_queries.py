@@ -132,3 +132,26 @@ def test_html_report_renders_in_headless_chromium(warehouse, tmp_path):
     shot = tmp_path / "report.png"
     _chromium(f"--user-data-dir={profile}", "--window-size=1000,2000", f"--screenshot={shot}", page.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_sql_command_formats(warehouse, tmp_path):
+    import polars as pl
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+
+    runner = CliRunner()
+    base = ["sql", "--warehouse", str(warehouse), "--dataset", "qwen_side"]
+    query = "select source, count(*) as n from candidates group by source order by source"
+    csv = runner.invoke(main, [*base, "--format", "csv", query])
+    assert csv.exit_code == 0 and csv.stdout.splitlines()[0] == "source,n"
+    table = runner.invoke(main, [*base, query])
+    assert table.exit_code == 0 and "recent-copy:1" in table.stdout
+    out = tmp_path / "q.parquet"
+    parquet = runner.invoke(main, [*base, "--format", "parquet", "-o", str(out), query])
+    assert parquet.exit_code == 0 and parquet.stdout == ""
+    assert pl.read_parquet(out).columns == ["source", "n"]
+    assert runner.invoke(main, [*base, "--format", "parquet", query]).exit_code == 1  # needs -o
+    assert runner.invoke(main, [*base]).exit_code == 2  # no query
+    bad = runner.invoke(main, [*base, "select * from no_such_table"])
+    assert bad.exit_code == 1 and bad.stderr.count("\n") == 1 and "no_such_table" in bad.stderr
