@@ -18,6 +18,7 @@ problem appears in two splits.
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 import random
 from collections.abc import Callable
@@ -472,5 +473,10 @@ def write_traces_parquet(path: str | pathlib.Path, n_traces: int = 3000, seed: i
     """Write generate_traces(n_traces, seed) to a Parquet file and return its path."""
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(generate_traces(n_traces, seed), out)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")  # atomic: never a half-written file
+    try:
+        pq.write_table(generate_traces(n_traces, seed), partial)
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return out

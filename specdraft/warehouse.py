@@ -15,6 +15,7 @@ specdraft calls `con.execute` with SQL text.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -35,7 +36,50 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 HEADER_LINE = re.compile(r"^--\s*(out|grain|reads|params):\s*(.*)$")
 PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
+LOCK_FILE = ".writer.lock"
+
 log = logging.getLogger("specdraft.sql")
+
+
+class WriterLock:
+    """One writer per warehouse: an exclusive flock on <warehouse>/.writer.lock, holding the
+    writer's pid and start time so that others can say who is busy. The kernel drops the lock
+    when the process dies, even on kill -9."""
+
+    def __init__(self, path: Path) -> None:
+        import fcntl
+
+        self.file = open(path, "a+")  # noqa: SIM115 - held open for the writer's lifetime
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            holder = WriterLock.holder(path) or "another process"
+            raise SpecdraftError(f"{path.parent}: warehouse is busy ({holder})") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self.file.flush()
+
+    @staticmethod
+    def holder(path: Path) -> str | None:
+        """'pid N, since T' of the process holding the lock, or None when nobody holds it."""
+        import fcntl
+
+        try:
+            with open(path) as probe:
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return probe.read().strip() or "another process"
+                fcntl.flock(probe, fcntl.LOCK_UN)
+        except FileNotFoundError:
+            return None
+        return None
+
+    def release(self) -> None:
+        if not self.file.closed:
+            self.file.close()
 
 
 def quote_identifier(name: str) -> str:
@@ -108,10 +152,16 @@ class Warehouse:
         db_path = self.root / DB_FILE
         if self.read_only and not db_path.exists():
             raise SpecdraftError(f"{db_path}: no warehouse here; run `specdraft run` first")
+        if not self.read_only:
+            self._lock = WriterLock(self.root / LOCK_FILE)
         try:
             self.con = duckdb.connect(str(db_path), read_only=self.read_only)
         except duckdb.IOException as exc:
-            raise SpecdraftError(f"{db_path}: warehouse is busy or unreadable ({exc})") from exc
+            self._release_lock()
+            holder = WriterLock.holder(self.root / LOCK_FILE)
+            if holder:
+                raise SpecdraftError(f"{self.root}: warehouse is busy ({holder})") from exc
+            raise SpecdraftError(f"{db_path}: warehouse is unreadable ({str(exc).splitlines()[0]})") from exc
         if not self.read_only:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
         if self.memory_limit:
@@ -154,6 +204,13 @@ class Warehouse:
         if self.con is not None:
             self.con.close()
             self.con = None
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
+            self._lock = None
 
     def __enter__(self) -> Self:
         return self
