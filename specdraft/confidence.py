@@ -80,6 +80,11 @@ class ConfidencePolicy:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         keep = selectable(features, exclude_families)
+        accepted = keep.column("accepted").to_numpy().astype(np.float64)
+        if keep.num_rows < 2 or accepted.sum() == 0:
+            # nothing to learn from (and a Poisson fit needs some acceptance): every draft scores
+            # the same, so ties keep the candidate order
+            return cls(None, keep.num_rows, 0, tuple(exclude_families))
         model = HistGradientBoostingRegressor(
             max_iter=TREES,
             learning_rate=0.1,
@@ -91,13 +96,13 @@ class ConfidencePolicy:
             early_stopping=False,  # deterministic: no random validation split
             random_state=0,  # the bin thresholds come from a sample of the rows
         )
-        model.fit(feature_matrix(keep), keep.column("accepted").to_numpy().astype(np.float64))
+        model.fit(feature_matrix(keep), accepted)
         positions = len(set(zip(keep.column("trace_id").to_pylist(), keep.column("pos").to_pylist())))
         return cls(model, keep.num_rows, positions, tuple(exclude_families))
 
     def predict(self, features: pa.Table) -> np.ndarray:
-        if features.num_rows == 0:
-            return np.zeros(0)
+        if features.num_rows == 0 or self.model is None:
+            return np.zeros(features.num_rows)
         return self.model.predict(feature_matrix(features))
 
     def to_dict(self) -> dict:

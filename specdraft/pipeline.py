@@ -217,6 +217,11 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
                 evaluation = evaluate_confidence(wh, cfg, policy)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
         results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
+        dropped = wh.query("traces/dropped_traces", {
+            "traces_path": str(path), "train_limit": cfg.train_limit,
+            "calibration_limit": cfg.calibration_limit, "eval_limit": cfg.eval_limit,
+        }).fetchall()
+        results["dropped_empty_completions"] = {split: int(n) for split, n in dropped}
         if leave_one_out:
             with timer.stage("leave_one_out"):
                 results["leave_one_out"] = leave_one_out_table(wh, cfg, results)

@@ -89,3 +89,30 @@ def test_demo_runs_offline(tmp_path):
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["selected"]["avg_accepted"] > 0
     assert results["selected"]["avg_accepted"] <= results["oracle_best"]["avg_accepted"]
+
+
+def test_empty_completions_are_counted_not_silent(tmp_path):
+    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}") for i in range(30)]
+    rows += [("train", "An empty one", "   \n "), ("eval", "Empty too", ""),
+             ("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
+             ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
+    data = write_text_traces(tmp_path / "mini.parquet", rows)
+    result = run(["run", "--preset", "seed", "--data", str(data), "--warehouse", str(tmp_path / "wh"),
+                  "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["dropped_empty_completions"] == {"eval": 1, "train": 1}
+    assert results["train_examples"] == 30 and results["eval_examples"] == 1
+
+
+@pytest.mark.parametrize("suffix, payload", [
+    (".jsonl", b'{"problem": "a\xff", "raw_reasoning": "r", "split": "train"}\n'),
+    (".csv", b'problem,raw_reasoning,split\n"a\xff",r,train\n'),
+    (".jsonl", b'{"problem": "a", "raw_reasoning": "r", "split": "train"}\n{not json\n'),
+])
+def test_unreadable_input_is_one_line_naming_the_file(tmp_path, suffix, payload):
+    path = tmp_path / f"broken{suffix}"
+    path.write_bytes(payload)
+    result = run(["run", "--data", str(path), "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1
+    assert f"broken{suffix}" in result.stderr and result.stderr.count("\n") == 1
