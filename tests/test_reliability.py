@@ -121,3 +121,40 @@ def test_hostile_column_names_are_only_missing_columns(tmp_path):
     result = cli("run", "--problem-column", "problem\"; drop table x; --", "--data", DATA,
                  "--warehouse", str(tmp_path), *SMALL)
     assert result.exit_code == 1 and "missing column" in result.stderr
+
+
+def test_a_million_token_trace(tmp_path):
+    """A 2.4M-token response: tokenized, stored whole, cut to --max-completion-tokens when tables
+    are built (as the seed cuts it)."""
+    import pyarrow.parquet as pq
+
+    from .helpers import write_text_traces
+
+    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}") for i in range(30)]
+    rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
+             ("eval", "Count up.", " ".join(f"{i % 1000} +" for i in range(500_000)))]
+    data = write_text_traces(tmp_path / "big.parquet", rows)
+    result = cli("run", "--preset", "seed", "--data", str(data), "--warehouse", str(tmp_path / "wh"),
+                 "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.stderr
+    stored = pq.read_table(tmp_path / "wh" / "traces" / "big.parquet").column("completion_tokens").to_pylist()
+    assert max(map(len, stored)) > 1_000_000
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["selected"]["positions"] == 512
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--draft-len", "0"], "--draft-len"),
+    (["--max-index-positions", "-1"], "--max-index-positions"),
+    (["--backoff-max-index-positions", "-5"], "--backoff-max-index-positions"),
+    (["--context-lengths", "1,abc"], "context lengths"),
+    (["--context-lengths", "0,4"], "--context-lengths"),
+    (["--backoff-context-lengths", "5000"], "--backoff-context-lengths"),
+    (["--eval-limit", "-2"], "--eval-limit"),
+    (["--max-continuations-per-context", "0"], "--max-continuations-per-context"),
+])
+def test_flags_out_of_range_are_one_line(tmp_path, flags, named):
+    result = cli("run", *flags, "--data", DATA, "--warehouse", str(tmp_path))
+    assert result.exit_code == 1
+    assert named in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "specdraft.duckdb").exists()  # nothing written
