@@ -1,11 +1,12 @@
 """Stage 4: the n-gram tables, built in DuckDB from the traces Parquet.
 
-    selected_traces -> trace_tokens -> prefix_hashes -> context_keys
-                                    -> exact_positions -> exact_continuations
-                                    -> backoff_positions -> backoff_next_tokens -> backoff_top_tokens
+    selected_traces -> trace_positions (+ hash_powers, key_lengths) -> context_keys (a view)
+        -> query_context_keys
+        -> exact_continuations
+        -> backoff_next_tokens -> backoff_top_tokens
 
-Every table comes from one file in sql/; Python only loops over the (few) context lengths
-and the doubling steps of the prefix scan, never over positions.
+Every table comes from one file in sql/; Python only loops over the doubling steps of the
+hash powers (log2 of the longest trace), never over positions.
 """
 
 from __future__ import annotations

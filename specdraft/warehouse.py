@@ -301,10 +301,6 @@ class Warehouse:
         for table in tables:
             self.con.execute(f"drop table if exists {quote_identifier(table)}")
 
-    def rename(self, old: str, new: str) -> None:
-        self.drop(new)
-        self.con.execute(f"alter table {quote_identifier(old)} rename to {quote_identifier(new)}")
-
     @contextmanager
     def transaction(self):
         """All-or-nothing: tables a stage creates appear together, or not at all if it fails or
