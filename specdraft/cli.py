@@ -25,6 +25,13 @@ def _lengths(value: str) -> tuple[int, ...]:
     return parse_lengths(value)
 
 
+def _with_options(options, func):
+    """Apply click options in the order listed (decorators apply bottom-up)."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def config_options(func):
     """The seed's flags, with the seed's defaults."""
     options = [
@@ -60,9 +67,7 @@ def config_options(func):
                      help="The online scenario: each calibration/eval trace, once scored, joins the store "
                           "that later traces draft from (reported separately from the offline headline)."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with_options(options, func)
 
 
 def source_options(func):
@@ -82,9 +87,7 @@ def source_options(func):
         click.option("--split-column", default="split", show_default=True,
                      help="Column with train / calibration / eval (single-file input)."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with_options(options, func)
 
 
 def warehouse_options(func):
@@ -95,9 +98,7 @@ def warehouse_options(func):
                      help="DuckDB memory limit, e.g. 8GB; past it, builds spill to <warehouse>/tmp."),
         click.option("--debug", is_flag=True, help="Log every SQL statement and show tracebacks."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with_options(options, func)
 
 
 CONFIG_KEYS = (

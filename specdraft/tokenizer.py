@@ -264,6 +264,7 @@ def _offline_qwen(name: str) -> OfflineQwenTokenizer:
     return OfflineQwenTokenizer(name)
 
 
+@cache  # loaded once per process: ingest and the later stages share it
 def _load_hf(name: str) -> HFTokenizer:
     try:
         from transformers import AutoTokenizer
