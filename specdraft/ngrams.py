@@ -70,6 +70,13 @@ def build_trace_positions(wh: Warehouse, cfg: RunConfig) -> None:
     wh.materialize("ngrams/context_keys", view=True)
 
 
+def build_per_length(wh: Warehouse, name: str, lengths, params: dict) -> None:
+    """One statement per context length, appended: each grouping is a twelfth of the whole, so
+    large builds stay within the memory limit."""
+    for i, ctx_len in enumerate(lengths):
+        wh.materialize(name, {**params, "ctx_len": ctx_len}, append=i > 0)
+
+
 def build_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
     read (selected_traces, query_context_keys, exact_continuations, backoff_*) is kept."""
@@ -78,8 +85,9 @@ def build_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None
         lambda: build_hash_powers(wh),
         lambda: build_trace_positions(wh, cfg),
         lambda: wh.materialize("ngrams/query_context_keys"),
-        lambda: wh.materialize("ngrams/exact_continuations", {"top_k": cfg.max_continuations_per_context}),
-        lambda: wh.materialize("ngrams/backoff_next_tokens"),
+        lambda: build_per_length(wh, "ngrams/exact_continuations", cfg.context_lengths,
+                                 {"top_k": cfg.max_continuations_per_context}),
+        lambda: build_per_length(wh, "ngrams/backoff_next_tokens", cfg.backoff_context_lengths, {}),
         lambda: wh.materialize("ngrams/backoff_top_tokens"),
     ]
     for step in progress(steps, desc="n-gram tables", unit="table"):
