@@ -40,7 +40,6 @@ class Evaluation:
     per_source: dict[str, np.ndarray]  # accepted per eval position, each family alone (0 if none)
     proposed: dict[str, int]  # positions where each family proposed a draft
     decode_step: np.ndarray  # accepted per decode-step call
-    selected_family: np.ndarray  # index into FAMILIES, -1 where nothing was proposed
     multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k distinct drafts per position
     positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
 
@@ -72,6 +71,15 @@ def candidate_policy_scores(cand: pa.Table, policy: SourceAveragePolicy) -> tupl
         log1p = np.array([math.log1p(int(c)) for c in unique.tolist()])
         raw[is_ngram] = raw[is_ngram] + log1p[inverse]
     return policy.scores(sources, raw), raw
+
+
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal keys begins (keys grouped, e.g. sorted).
+
+    >>> _run_starts(np.array([3, 3, 5, 7, 7])).tolist()
+    [0, 2, 3]
+    """
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
 
 
 def _group_starts(trace_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -140,14 +148,12 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     row_flat = np.repeat(flat, np.diff(np.append(starts, len(scores))))
 
     selected = np.zeros(n_positions, dtype=np.int64)
-    selected_family = np.full(n_positions, -1, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
     chosen_source = np.full(n_positions, None, dtype=object)
     chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
         picks = _pick(scores, starts)
         selected[flat] = accepted[picks]
-        selected_family[flat] = family_order[picks]
         oracle[flat] = np.maximum.reduceat(accepted, starts)
         chosen_source[flat] = cand.column("source").to_numpy(zero_copy_only=False)[picks]
         chosen_ctx[flat] = cand.column("ctx_len").fill_null(0).to_numpy()[picks]
@@ -176,7 +182,7 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
                               best_other_score, best_other_order, best_other_accepted)
     positions = positions_table(trace_ids, traces.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
-    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, positions=positions)
+    return Evaluation(selected, oracle, per_source, proposed, decode, positions=positions)
 
 
 def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_source, chosen_ctx) -> pa.Table:
@@ -254,10 +260,9 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     choice_rows = np.flatnonzero(np.isin(all_family, [f for f in SELECTABLE if f not in exclude_families]))
     choices = everything.take(pa.array(choice_rows))
     predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
-    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]]) if len(flat) else np.zeros(0, np.int64)
+    starts = _run_starts(flat)
     selected = np.zeros(n_positions, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
-    selected_family = np.full(n_positions, -1, dtype=np.int64)
     multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
     chosen_source = np.full(n_positions, None, dtype=object)
     chosen_ctx = np.zeros(n_positions, dtype=np.int64)
@@ -267,8 +272,6 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         oracle[flat[starts]] = np.maximum.reduceat(accepted, starts)
         chosen_source[flat[picks]] = choices.column("source").to_numpy(zero_copy_only=False)[picks]
         chosen_ctx[flat[picks]] = choices.column("ctx_len").to_numpy()[picks]
-        family = choices.column("family_order").to_numpy()
-        selected_family[flat[picks]] = family[picks]
         draft_keys = choices.column("draft_key").to_numpy()
         for k in MULTI_DRAFT:
             multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
@@ -276,7 +279,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     for name in dict.fromkeys(all_family.tolist()):
         # the source alone: its own best-scored draft at each position where it has one
         rows = np.flatnonzero(all_family == name)
-        own_starts = np.flatnonzero(np.r_[True, all_flat[rows][1:] != all_flat[rows][:-1]])
+        own_starts = _run_starts(all_flat[rows])
         own_picks = rows[_pick(all_predicted[rows], own_starts)]
         alone = np.zeros(n_positions, dtype=np.int64)
         alone[all_flat[own_picks]] = all_accepted[own_picks]
@@ -285,7 +288,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
-    return Evaluation(selected, oracle, per_source, proposed, decode, selected_family, multi, positions)
+    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions)
 
 
 def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:
@@ -300,7 +303,7 @@ def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.nd
     repeat[by_draft[1:][same]] = True
     kept = order[~repeat]
     flat_kept = flat[kept]
-    group_start = np.flatnonzero(np.r_[True, flat_kept[1:] != flat_kept[:-1]])
+    group_start = _run_starts(flat_kept)
     rank = np.arange(len(kept)) - np.repeat(group_start, np.diff(np.r_[group_start, len(kept)]))
     top = kept[rank < k]
     best = np.zeros(n_positions, dtype=np.int64)

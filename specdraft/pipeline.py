@@ -52,19 +52,17 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
     path = traces_path(wh.traces_dir, name)
     source = _source_signature(data, dataset, columns)
     tokenizer = load_tokenizer(cfg.tokenizer)
-    if path.exists():
+    meta = read_metadata(path) if path.exists() else None
+    if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
+        raise SpecdraftError(
+            f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
+            f"use another --name for {cfg.tokenizer}"
+        )
+    if meta is None or meta.get("source") != source:
+        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
         meta = read_metadata(path)
-        if meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
-            raise SpecdraftError(
-                f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
-                f"use another --name for {cfg.tokenizer}"
-            )
-        if meta.get("source") == source and wh.has_table("vocab"):
-            return path, meta
-    if not (path.exists() and meta.get("source") == source):
-        rows = read_traces(data, dataset, columns or ColumnMap())
-        write_traces(rows, tokenizer, path, source)
-    meta = read_metadata(path)
+    elif wh.has_table("vocab"):
+        return path, meta  # already ingested and registered
     register_dataset(wh, name, path, meta, tokenizer)
     return path, meta
 
