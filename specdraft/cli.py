@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from specdraft.errors import SpecdraftError
+from specdraft.warehouse import DEFAULT_MEMORY_LIMIT
 
 DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
@@ -94,8 +95,9 @@ def warehouse_options(func):
     options = [
         click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
                      help="Warehouse directory (traces Parquet + specdraft.duckdb)."),
-        click.option("--memory-limit", default="2GB", show_default=True,
-                     help="DuckDB memory limit, e.g. 8GB; past it, builds spill to <warehouse>/tmp."),
+        click.option("--memory-limit", default=DEFAULT_MEMORY_LIMIT, show_default=True,
+                     help="DuckDB memory limit, e.g. 8GB (default: a quarter of RAM); past it, builds "
+                          "spill to <warehouse>/tmp."),
         click.option("--debug", is_flag=True, help="Log every SQL statement and show tracebacks."),
     ]
     return _with_options(options, func)

@@ -29,9 +29,17 @@ from specdraft.errors import SpecdraftError
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 DB_FILE = "specdraft.duckdb"
-# DuckDB's own default is 80% of RAM; this keeps the seed-scale build under 3 GB of RSS at
-# about 5% more time, spilling to <warehouse>/tmp beyond it. --memory-limit raises it.
-DEFAULT_MEMORY_LIMIT = "2GB"
+
+
+def default_memory_limit() -> str:
+    """A quarter of physical RAM, in whole GB (at least 1GB): DuckDB's own default is 80%, which
+    leaves too little for the Python side (numpy walks, the confidence model, Arrow results) on a
+    small machine. Past it, builds spill to <warehouse>/tmp; --memory-limit overrides it."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(1, ram // 4 // 1024**3)}GB"
+
+
+DEFAULT_MEMORY_LIMIT = default_memory_limit()
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 HEADER_LINE = re.compile(r"^--\s*(out|grain|reads|params):\s*(.*)$")
 PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
