@@ -1,4 +1,5 @@
-"""The accepted-tokens histogram as a self-contained SVG, and a plain-text summary table for stdout."""
+"""The accepted-tokens histogram and a line chart (the scaling curve) as self-contained SVG, and a
+plain-text summary table for stdout."""
 
 from __future__ import annotations
 
@@ -135,3 +136,124 @@ def summary_table(results: dict) -> str:
         lines.append("leave one out (selected without the source; marginal contribution):")
         lines += [f"  {name:<22}{v['selected_without']:.3f}  {v['marginal']:+.3f}" for name, v in loo.items()]
     return "\n".join([*lines, footer])
+
+
+def _nice_axis(max_value: float, max_ticks: int = 6) -> tuple[float, float]:
+    """A round upper bound for a linear axis from 0 and its tick step (at most ~max_ticks ticks).
+
+    >>> _nice_axis(2.103)
+    (2.5, 0.5)
+    >>> _nice_axis(6988)
+    (8000.0, 2000.0)
+    """
+    max_value = max(float(max_value), 1e-9)
+    magnitude = 10 ** math.floor(math.log10(max_value / max_ticks))
+    for factor in (1, 2, 2.5, 5, 10):
+        step = factor * magnitude
+        if max_value / step <= max_ticks:
+            break
+    return float(math.ceil(max_value / step - 1e-9) * step), float(step)
+
+
+def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
+    """A line chart with a marker per point, both axes linear from 0.
+
+    `series` is a list of (key, legend label, [(x, y), ...]); a key of the histogram's SERIES
+    keeps its colour there. Each marker is a `circle class="marker"` with data-series, data-x and
+    data-y and a tooltip.
+    """
+    colours = {key: colour for key, _, colour in SERIES}
+    spare = iter(("#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"))
+    series = [(key, label, sorted(points), colours.get(key) or next(spare)) for key, label, points in series]
+    xs = [x for *_, points, _ in series for x, _ in points]
+    ys = [y for *_, points, _ in series for _, y in points]
+    x_top, x_step = _nice_axis(max(xs, default=1))
+    y_top, y_step = _nice_axis(max(ys, default=1), max_ticks=5)
+
+    plot_w, plot_h = WIDTH - LEFT - RIGHT - 20, HEIGHT - TOP - BOTTOM
+    base = TOP + plot_h
+
+    def px(x: float) -> float:
+        return LEFT + plot_w * x / x_top
+
+    def py(y: float) -> float:
+        return base - plot_h * y / y_top
+
+    def _g(v: float) -> str:
+        return f"{v:g}" if abs(v) < 1e6 else f"{v:.3g}"
+
+    subtitle = " · ".join(
+        f"{label} {points[0][1]:.3f} → {points[-1][1]:.3f}" for _, label, points, _ in series if points)
+    desc = (f"Line chart of {y_label} against {x_label}, for " + ", ".join(
+        f"{label} (" + ", ".join(f"{_g(x)}: {y:.3f}" for x, y in points) + ")"
+        for _, label, points, _ in series) + ".")
+    out = [
+        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="chart-title chart-desc" '
+         f'font-family={quoteattr(FONT)}>'),
+        f'<title id="chart-title">{escape(title)}</title>',
+        f'<desc id="chart-desc">{escape(desc)}</desc>',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
+        _text(WIDTH / 2, 24, title, 16, font_weight="bold", fill="#222222"),
+        _text(WIDTH / 2, 44, subtitle, 12, fill="#555555"),
+    ]
+    x = WIDTH / 2 - 55 * len(series)
+    for _, label, _, colour in series:
+        out.append(f'<line x1="{x:.1f}" x2="{x + 14:.1f}" y1="62" y2="62" stroke="{colour}" stroke-width="2.5"/>')
+        out.append(f'<circle cx="{x + 7:.1f}" cy="62" r="3.5" fill="{colour}"/>')
+        out.append(_text(x + 19, 66, label, 12, "start", fill="#222222"))
+        x += 110
+    out.append('<g class="y-axis">')
+    for i in range(round(y_top / y_step) + 1):
+        value = i * y_step
+        y = py(value)
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="{"#333333" if i == 0 else "#dddddd"}" stroke-width="1"/>')
+        out.append(_text(LEFT - 6, y + 4, f"{value:g}", 11, "end", fill="#333333"))
+    out.append("</g>")
+    out.append('<g class="x-axis">')
+    for i in range(round(x_top / x_step) + 1):
+        value = i * x_step
+        out.append(f'<line x1="{px(value):.1f}" x2="{px(value):.1f}" y1="{base}" y2="{base + 5}" '
+                   f'stroke="#333333" stroke-width="1"/>')
+        out.append(_text(px(value), base + 18, _g(value), 11, fill="#333333"))
+    out.append("</g>")
+    out.append(_text(18, TOP + plot_h / 2, y_label, 12, transform=f"rotate(-90 18 {TOP + plot_h / 2:.1f})",
+                     fill="#222222"))
+    out.append(_text(LEFT + plot_w / 2, HEIGHT - 18, x_label, 12, fill="#222222"))
+    for key, label, points, colour in series:
+        out.append(f'<g class="series" data-series={quoteattr(key)}>')
+        if len(points) > 1:
+            coords = " ".join(f"{px(x):.2f},{py(y):.2f}" for x, y in points)
+            out.append(f'<polyline class="line" points="{coords}" fill="none" stroke="{colour}" '
+                       f'stroke-width="2.5" stroke-linejoin="round"/>')
+        for x, y in points:
+            tip = f"{label}, {_g(x)} {x_label}: {y:.3f}"
+            out.append(f'<circle class="marker" data-series={quoteattr(key)} data-x="{_g(x)}" data-y="{y:.6g}" '
+                       f'cx="{px(x):.2f}" cy="{py(y):.2f}" r="4.5" fill="{colour}" stroke="#ffffff" '
+                       f'stroke-width="1.5"><title>{escape(tip)}</title></circle>')
+            out.append(_text(px(x), py(y) - 10, f"{y:.3f}", 11, fill=colour))
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def write_line_chart_svg(series, path, title: str, x_label: str, y_label: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(line_chart_svg(series, title, x_label, y_label), encoding="utf-8")
+    return path
+
+
+def write_cost_curve_svg(curve: dict, path) -> Path:
+    """The cost curve (specdraft.bench.cost_curve) as a line chart: wall time and peak memory
+    against indexed positions, each a multiple of the smallest scale's, beside the linear line."""
+    points = [p for p in curve["points"] if p.get("positions_ratio") is not None]
+    series = [
+        ("wall_time", "wall time", [(p["positions_ratio"], p["time_ratio"]) for p in points]),
+        ("peak_memory", "peak memory", [(p["positions_ratio"], p["memory_ratio"]) for p in points]),
+        ("linear", "linear", [(p["positions_ratio"], p["positions_ratio"]) for p in points]),
+    ]
+    title = f"Cost against indexed positions — {Path(curve['data']).name}, preset {curve['preset']}"
+    return write_line_chart_svg(series, path, title, "indexed positions (x the smallest scale)",
+                                "cost (x the smallest scale)")

@@ -234,9 +234,27 @@ def _until(last: str, warehouse, memory_limit, debug, kwargs):
 
 
 @stage_command
-def ingest(warehouse, memory_limit, debug, **kwargs) -> None:
-    """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet (prints its path)."""
-    click.echo(str(_until("ingest", warehouse, memory_limit, debug, kwargs)))
+@click.option("--append", is_flag=True,
+              help="Add the traces in --data to the existing dataset --name, at the end of each split "
+                   "(any of train, calibration, eval; the same tokenizer); only they are tokenized, and the "
+                   "next run or build updates the tables from them instead of rebuilding.")
+def ingest(warehouse, memory_limit, debug, append, **kwargs) -> None:
+    """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet (prints its path).
+
+    With --append, add traces to a dataset already ingested; later commands with --name (and no
+    --data, or the original --data) use the dataset with its appended traces.
+    """
+    if not append:
+        click.echo(str(_until("ingest", warehouse, memory_limit, debug, kwargs)))
+        return
+    from specdraft.append import append_to_dataset
+
+    path, meta = append_to_dataset(_config(kwargs), Path(warehouse), memory_limit=memory_limit, debug=debug,
+                                   **_source(kwargs))
+    added = meta["appends"][-1]
+    splits = ", ".join(f"{split} {n}" for split, n in added["splits"].items())
+    click.echo(f"appended {added['traces']} traces ({splits}) to {path.stem}: {meta['rows']} in all", err=True)
+    click.echo(str(path))
 
 
 @stage_command
@@ -278,6 +296,44 @@ def evaluate(out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 7: evaluate on eval (every position and decode step) and record the run."""
     cfg = _config(kwargs)
     _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug)
+
+
+def _train_sizes(ctx, param, value: str | None) -> tuple[int, ...] | None:
+    from specdraft.scaling import parse_sizes
+
+    try:
+        return parse_sizes(value) if value is not None else None
+    except SpecdraftError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@main.command()
+@config_options
+@source_options
+@warehouse_options
+@click.option("--train-sizes", callback=_train_sizes, default=None,
+              help="Comma-separated train sizes (first N train rows), e.g. 2000,5000,7500. Default: a "
+                   "doubling series, 1/8, 1/4, 1/2 and all of the train split (or of --train-limit).")
+@click.option("--out", default="results/scaling", show_default=True, type=click.Path(),
+              help="Directory for scaling.json and scaling.svg.")
+@handle_errors
+def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
+    """The seed's scaling curve: every stage once per train size, in one warehouse.
+
+    Prints accepted tokens per position (selected, decode step, oracle best) and the indexed
+    positions at each size; writes scaling.json and a line chart, scaling.svg. The data is
+    ingested once; each size rebuilds the n-gram tables and records a run.
+    """
+    from specdraft.scaling import scaling_curve, scaling_table, write_scaling
+
+    cfg = _config(kwargs)
+    if train_sizes is not None and cfg.train_limit:
+        raise click.UsageError("give --train-sizes or --train-limit (the top of the default series), not both")
+    points = scaling_curve(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, sizes=train_sizes,
+                           **_source(kwargs))
+    json_path, svg_path = write_scaling(points, Path(out))
+    click.echo(scaling_table(points))
+    click.echo(f"wrote {json_path} and {svg_path}", err=True)
 
 
 @main.command()
@@ -364,38 +420,83 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
         click.echo(f"{row['source']:<22}{count:<12} {row['text']!r}")
 
 
+def _scales(ctx, param, value: str) -> tuple[int, ...]:
+    from specdraft.bench import parse_scales
+
+    try:
+        return parse_scales(value)
+    except SpecdraftError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @main.command()
 @click.option("--data", required=True, type=click.Path(exists=True, dir_okay=False),
               help="A local trace Parquet (columns problem, problem_source, raw_reasoning, split).")
 @click.option("--reference", default=None, type=click.Path(exists=True, dir_okay=False),
               help="The seed's reference_metrics.py (default: ../shared/tools/reference_metrics.py).")
-@click.option("--train-limit", type=int, default=0, help="Seed flag passed to both sides.")
+@click.option("--train-limit", type=int, default=0,
+              help="Seed flag passed to both sides (with --cost-curve: the train rows at scale 1).")
 @click.option("--calibration-limit", type=int, default=0, help="Seed flag passed to both sides.")
 @click.option("--eval-limit", type=int, default=0, help="Seed flag passed to both sides.")
 @click.option("--max-completion-tokens", type=int, default=512, help="Seed flag passed to both sides.")
-@click.option("--max-index-positions", type=int, default=4_000_000, help="Seed flag passed to both sides.")
-@click.option("--backoff-max-index-positions", type=int, default=4_000_000,
-              help="Seed flag passed to both sides.")
+@click.option("--max-index-positions", type=int, default=None,
+              help="Seed flag passed to both sides (default 4000000; with --cost-curve, 0 = all).")
+@click.option("--backoff-max-index-positions", type=int, default=None,
+              help="Seed flag passed to both sides (default 4000000; with --cost-curve, 0 = all).")
 @click.option("--memory-limit", default=None, help="specdraft's --memory-limit (default: its default).")
+@click.option("--cost-curve", is_flag=True,
+              help="Instead of the comparison: specdraft alone at --base-rows x each of --scales train "
+                   "rows, each cold, the index uncapped; prints time and memory against indexed positions.")
+@click.option("--base-rows", type=click.IntRange(min=1), default=None,
+              help="Train rows at scale 1 of --cost-curve (default: --train-limit).")
+@click.option("--scales", default="1,2,4,8", show_default=True, callback=_scales,
+              help="Multiples of --base-rows for --cost-curve, comma-separated; ratios are against the smallest.")
+@click.option("--preset", type=click.Choice(["seed", "default"]), default="seed", show_default=True,
+              help="specdraft's preset for --cost-curve (the comparison with the reference is always seed).")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Directory for cost_curve.json and cost_curve.svg (--cost-curve).")
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def bench(data, reference, memory_limit, as_json, debug, **flags) -> None:
+def bench(data, reference, memory_limit, cost_curve, base_rows, scales, preset, out, as_json, debug,
+          **flags) -> None:
     """Time the seed reference and specdraft on the same data (cold), and print the ratios.
 
     Both run as separate processes; wall time and peak resident memory are measured for each,
-    and the histograms are compared for parity.
+    the histograms are compared for parity, and specdraft's stages are listed with their wall
+    time and peak memory. With --cost-curve, specdraft runs alone at growing train sizes and the
+    growth of its time and memory is set against the growth of the indexed positions.
     """
     import json
 
-    from specdraft.bench import DEFAULT_REFERENCE, format_bench, run_bench
+    from specdraft import bench as benchmark
 
-    reference = Path(reference) if reference else DEFAULT_REFERENCE
+    ctx = click.get_current_context()
+    curve_only = [name for name in ("base_rows", "scales", "preset", "out")
+                  if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if cost_curve:
+        train_limit = flags.pop("train_limit")
+        if base_rows and train_limit:
+            raise click.UsageError("give --base-rows or --train-limit (the rows at scale 1), not both")
+        base_rows = base_rows or train_limit
+        if not base_rows:
+            raise click.UsageError("--cost-curve needs --base-rows (or --train-limit)")
+        flags = {key: value for key, value in flags.items() if value is not None}
+        curve = benchmark.cost_curve(Path(data), base_rows, scales, flags, memory_limit, preset)
+        click.echo(json.dumps(curve, indent=2) if as_json else benchmark.format_cost_curve(curve))
+        if out:
+            json_path, svg_path = benchmark.write_cost_curve(curve, Path(out))
+            click.echo(f"wrote {json_path} and {svg_path}", err=True)
+        return
+    if curve_only:
+        raise click.UsageError(f"--{curve_only[0].replace('_', '-')} needs --cost-curve")
+    for cap in ("max_index_positions", "backoff_max_index_positions"):
+        flags[cap] = 4_000_000 if flags[cap] is None else flags[cap]
+    reference = Path(reference) if reference else benchmark.DEFAULT_REFERENCE
     if not reference.exists():
         raise SpecdraftError(f"{reference}: reference script not found; pass --reference")
-    result = run_bench(Path(data), flags, reference, memory_limit)
-    click.echo(json.dumps(result, indent=2) if as_json else format_bench(result))
-
+    result = benchmark.run_bench(Path(data), flags, reference, memory_limit)
+    click.echo(json.dumps(result, indent=2) if as_json else benchmark.format_bench(result))
 
 if __name__ == "__main__":
     main()

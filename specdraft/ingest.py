@@ -50,24 +50,30 @@ def read_traces(
     data: str | os.PathLike | Sequence[str | os.PathLike] | None,
     dataset: str = DEFAULT_DATASET,
     columns: ColumnMap = ColumnMap(),
+    every_split: bool = True,
 ) -> pa.Table:
     """All three splits as one table (train, calibration, eval), rows in source order.
 
     data=None loads ``dataset`` from the hub; otherwise one file with a split column, or one
     file per split (a list of files or a directory; file stems are the split names).
+    every_split=False (rows to append) allows splits with no rows or no file, not no rows at all.
     """
     if data is None:
         parts = _hub_splits(dataset, columns)
     else:
-        parts = _local_splits(data, columns)
+        parts = _local_splits(data, columns, every_split)
     frames = []
     for split in SPLITS:
-        label, frame = parts[split]
-        if frame.height == 0:
+        label, frame = parts.get(split, (None, None))
+        if frame is None or frame.height == 0:
+            if not every_split:
+                continue
             raise SpecdraftError(
                 f"{label}: split {split!r} has no rows; train, calibration and eval each need at least one"
             )
         frames.append(_shape(frame, split, columns))
+    if not frames:
+        raise SpecdraftError(f"{data}: no rows to add")
     table = pl.concat(frames).to_arrow()
     return table.cast(TRACE_SCHEMA)
 
@@ -130,7 +136,7 @@ def _split_by_column(frame: pl.DataFrame, label: str, column: str) -> dict[str, 
     return {split: (label, frame.filter(values == split)) for split in SPLITS}
 
 
-def _local_splits(data, columns: ColumnMap) -> dict[str, tuple[str, pl.DataFrame]]:
+def _local_splits(data, columns: ColumnMap, every_split: bool = True) -> dict[str, tuple[str, pl.DataFrame]]:
     paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else [Path(p) for p in data]
     if not paths:
         raise SpecdraftError("--data names no files")
@@ -150,7 +156,7 @@ def _local_splits(data, columns: ColumnMap) -> dict[str, tuple[str, pl.DataFrame
             raise SpecdraftError(f"{path}: split {path.stem!r} is also given by {by_split[path.stem]}")
         by_split[path.stem] = path
     missing = [split for split in SPLITS if split not in by_split]
-    if missing:
+    if missing and every_split:
         given = ", ".join(str(p) for p in paths)
         raise SpecdraftError(f"no file for split(s) {', '.join(missing)} among {given}")
     return {

@@ -2,11 +2,12 @@
 
     selected_traces -> trace_positions (+ hash_powers, key_lengths) -> context_keys (a view)
         -> query_context_keys
-        -> exact_continuations
+        -> exact_continuation_counts -> exact_continuations
         -> backoff_next_tokens -> backoff_top_tokens
 
 Every table comes from one file in sql/; Python only loops over the doubling steps of the
-hash powers (log2 of the longest trace), never over positions.
+hash powers (log2 of the longest trace), never over positions. An incremental update after
+`specdraft ingest --append` (incremental.py) runs the same files over the appended traces alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from specdraft.progress import progress
 from specdraft.warehouse import Warehouse
 
 
-def build_selected_traces(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None:
+def build_selected_traces(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_trace_id: int = 0) -> None:
+    """The selected traces, or (from_trace_id > 0) add those from that trace on."""
     wh.materialize(
         "traces/selected_traces",
         {
@@ -28,7 +30,9 @@ def build_selected_traces(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> N
             "calibration_limit": cfg.calibration_limit,
             "eval_limit": cfg.eval_limit,
             "max_completion_tokens": cfg.max_completion_tokens,
+            "from_trace_id": from_trace_id,
         },
+        append=from_trace_id > 0,
     )
 
 
@@ -43,12 +47,14 @@ def build_hash_powers(wh: Warehouse) -> None:
         span *= 2
 
 
-def build_trace_positions(wh: Warehouse, cfg: RunConfig) -> None:
+def build_trace_positions(wh: Warehouse, cfg: RunConfig, from_trace_id: int = 0) -> None:
+    """Positions (and the context_keys view over them) of the selected traces from from_trace_id on."""
     tail = power_params(cfg.draft_len - 1)
     wh.materialize(
         "ngrams/trace_positions",
         {
             "draft_len": cfg.draft_len,
+            "from_trace_id": from_trace_id,
             "max_index_positions": cfg.max_index_positions,
             "backoff_max_index_positions": cfg.backoff_max_index_positions,
             "tail1": tail["pow1"],
@@ -79,12 +85,14 @@ def build_per_length(wh: Warehouse, name: str, lengths, params: dict) -> None:
 
 def build_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
-    read (selected_traces, query_context_keys, exact_continuations, backoff_*) is kept."""
+    read (selected_traces, query_context_keys, exact_continuation_counts, exact_continuations,
+    backoff_*) is kept."""
     steps = [
         lambda: build_selected_traces(wh, cfg, traces_path),
         lambda: build_hash_powers(wh),
         lambda: build_trace_positions(wh, cfg),
         lambda: wh.materialize("ngrams/query_context_keys"),
+        lambda: build_per_length(wh, "ngrams/exact_continuation_counts", cfg.context_lengths, {}),
         lambda: build_per_length(wh, "ngrams/exact_continuations", cfg.context_lengths,
                                  {"top_k": cfg.max_continuations_per_context}),
         lambda: build_per_length(wh, "ngrams/backoff_next_tokens", cfg.backoff_context_lengths, {}),

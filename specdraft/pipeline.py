@@ -20,17 +20,59 @@ from specdraft.warehouse import DEFAULT_MEMORY_LIMIT, Warehouse
 
 @dataclass
 class StageTimer:
+    """Each stage's wall seconds and peak resident memory in bytes (stages do not nest).
+
+    On Linux the kernel's high-water mark (VmHWM) is reset at each stage's start, so a stage's
+    peak is its own rather than the run's so far; elsewhere it is the process's peak so far. The
+    reset also lowers the peak a parent process reads from getrusage, so `process_peak_rss_bytes`
+    keeps the maximum of every reading.
+    """
+
     seconds: dict[str, float] = field(default_factory=dict)
+    peak_rss_bytes: dict[str, int] = field(default_factory=dict)
+    process_peak_rss_bytes: int = 0
 
     @contextmanager
     def stage(self, name: str):
         import sys
 
+        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, peak_rss_bytes())
+        reset_peak_rss()
         started = time.perf_counter()
         if sys.stderr.isatty():
             print(f"specdraft: {name} ...", file=sys.stderr)
         yield
         self.seconds[name] = round(time.perf_counter() - started, 3)
+        self.peak_rss_bytes[name] = peak_rss_bytes()
+        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, self.peak_rss_bytes[name])
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory since the last reset: VmHWM on Linux, else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import resource
+        import sys
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 def dataset_name_for(data: str | None, dataset: str) -> str:
@@ -44,13 +86,18 @@ def dataset_name_for(data: str | None, dataset: str) -> str:
 
 def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str, name: str,
                    columns=None) -> tuple[Path, dict]:
-    """Stages 1-3: read, tokenize and write the traces Parquet, unless it is already there."""
+    """Stages 1-3: read, tokenize and write the traces Parquet, unless it is already there.
+
+    The stored dataset (with any `ingest --append`ed traces) is used when `data` is the input it
+    was first ingested from, unchanged, or when `data` is None and it came from local files; a
+    changed input is ingested afresh, replacing it.
+    """
     from specdraft.ingest import ColumnMap, read_traces
     from specdraft.tokenizer import load_tokenizer
     from specdraft.traces import read_metadata, traces_path, write_traces
 
     path = traces_path(wh.traces_dir, name)
-    source = _source_signature(data, dataset, columns)
+    source = source_signature(data, dataset, columns)
     tokenizer = load_tokenizer(cfg.tokenizer)
     meta = read_metadata(path) if path.exists() else None
     if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
@@ -58,13 +105,47 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
             f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
             f"use another --name for {cfg.tokenizer}"
         )
-    if meta is None or meta.get("source") != source:
+    if not _use_stored(meta, data, source):
+        if meta is not None and meta.get("appends"):
+            _say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
+                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)")
         write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
         meta = read_metadata(path)
-    elif wh.has_table("vocab"):
+    elif wh.has_table("vocab") and _cataloged_traces(wh, name) == meta.get("rows"):
         return path, meta  # already ingested and registered
     register_dataset(wh, name, path, meta, tokenizer)
     return path, meta
+
+
+def _use_stored(meta: dict | None, data, source: str) -> bool:
+    """Is the stored dataset the one asked for? See ingest_dataset."""
+    import json
+
+    if meta is None:
+        return False
+    if meta.get("source") == source:
+        return True
+    try:
+        from_hub = "hub" in json.loads(meta.get("source") or "{}")
+    except ValueError:
+        from_hub = False
+    return data is None and not from_hub
+
+
+def _cataloged_traces(wh: Warehouse, name: str) -> int | None:
+    """The dataset's traces in the catalog (differs from the file only if an append was killed
+    between its rename and its commit: then the catalog is brought up to date)."""
+    if not wh.has_table("datasets", "main"):
+        return None
+    rows = wh.query("warehouse/dataset_traces", {"name": name}).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _say(message: str) -> None:
+    import sys
+
+    if sys.stderr.isatty():
+        print(f"specdraft: {message}", file=sys.stderr)
 
 
 def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
@@ -74,23 +155,29 @@ def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer
     with wh.transaction():
         wh.store("vocab", vocab_table(tokenizer))
         wh.create_text_macro()
-        wh.materialize(
-            "warehouse/dataset_versions",
-            {
-                "name": name,
-                "traces_path": str(path),
-                "tokenizer": meta.get("tokenizer"),
-                "tokenizer_fingerprint": meta.get("tokenizer_fingerprint"),
-                "source": meta.get("source"),
-                "traces": meta.get("rows"),
-            },
-            append=wh.has_table("dataset_versions", "main"),
-            schema="main",
-        )
-        wh.materialize("warehouse/datasets", view=True, schema="main", persistent_view=True)
+        record_dataset_version(wh, name, path, meta, meta.get("source"))
 
 
-def _source_signature(data: str | None, dataset: str, columns) -> str:
+def record_dataset_version(wh: Warehouse, name: str, path: Path, meta: dict, source: str | None) -> None:
+    """A row in main.dataset_versions: an ingest (source: the input's signature) or an append
+    (source: a JSON record of the appended input, version and rows per split)."""
+    wh.materialize(
+        "warehouse/dataset_versions",
+        {
+            "name": name,
+            "traces_path": str(path),
+            "tokenizer": meta.get("tokenizer"),
+            "tokenizer_fingerprint": meta.get("tokenizer_fingerprint"),
+            "source": source,
+            "traces": meta.get("rows"),
+        },
+        append=wh.has_table("dataset_versions", "main"),
+        schema="main",
+    )
+    wh.materialize("warehouse/datasets", view=True, schema="main", persistent_view=True)
+
+
+def source_signature(data: str | None, dataset: str, columns) -> str:
     """Identifies the input: the file's path, size and modification time, or the hub id."""
     import json
     import os
@@ -120,21 +207,26 @@ STAGE_SETTINGS = {
 
 
 def _build_key(cfg: RunConfig, meta: dict, name: str, stage: str) -> str:
-    """What a stage's tables were built from: dataset, traces file, and the settings up to it."""
+    """What a stage's tables were built from: dataset, traces file (and the version of it, after
+    appends), and the settings up to it."""
+    from specdraft.incremental import covered_key
+
     fields: tuple[str, ...] = ()
     for earlier in ("ngram_tables", "candidates"):
         fields += STAGE_SETTINGS[earlier]
         if earlier == stage:
             break
-    return (
+    return covered_key(
         f"{name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}:{cfg.fingerprint(*fields)}"
-        f":{code_fingerprint(stage)}"
+        f":{code_fingerprint(stage)}",
+        meta,
     )
 
 
 # The code each stage's tables come from (its own and the earlier stages').
 STAGE_CODE = {
-    "ngram_tables": ("sql/traces", "sql/ngrams", "ngrams.py", "hashing.py", "traces.py"),
+    "ngram_tables": ("sql/traces", "sql/ngrams", "sql/incremental", "ngrams.py", "incremental.py", "hashing.py",
+                     "traces.py"),
     "candidates": ("sql/candidates", "candidates.py", "backoff_walk.py", "autocomplete.py"),
 }
 
@@ -171,6 +263,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
     from specdraft.candidates import build_candidates
     from specdraft.confidence import fit_confidence
     from specdraft.evaluate import evaluate, evaluate_confidence
+    from specdraft.incremental import same_build, update_ngram_tables, update_start, updated_key
     from specdraft.ngrams import build_ngram_tables, index_counters
     from specdraft.report import build_results, record_run
     from specdraft.tokenizer import load_tokenizer
@@ -188,10 +281,16 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         tokenizer = load_tokenizer(cfg.tokenizer)
         with timer.stage("ngram_tables"):
             key = _build_key(cfg, meta, name, "ngram_tables")
-            if wh.built_with("ngram_tables") != key:
+            built = wh.built_with("ngram_tables")
+            if not same_build(built, key):
+                # traces appended since the tables were built (same settings, code): add just them
+                start = update_start(wh, built, key, meta)
                 with wh.transaction():
-                    build_ngram_tables(wh, cfg, path)
-                    wh.mark_built("ngram_tables", key)
+                    if start is None:
+                        build_ngram_tables(wh, cfg, path)
+                    else:
+                        update_ngram_tables(wh, cfg, path, start)
+                    wh.mark_built("ngram_tables", key if start is None else updated_key(key, start))
                     wh.mark_built("candidates", None)
             counters = index_counters(wh, cfg)
         if last == "ngram_tables":
@@ -214,7 +313,9 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
             else:
                 evaluation = evaluate_confidence(wh, cfg, policy)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
+        timer.peak_rss_bytes["total"] = timer.process_peak_rss_bytes
         results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
+        results["peak_rss_bytes_by_stage"] = timer.peak_rss_bytes
         dropped = wh.query("traces/dropped_traces", {
             "traces_path": str(path), "train_limit": cfg.train_limit,
             "calibration_limit": cfg.calibration_limit, "eval_limit": cfg.eval_limit,

@@ -434,10 +434,12 @@ def generate_problems(n: int, seed: int = 0) -> list[dict]:
     return records
 
 
-def _split_labels(n: int, rng: random.Random, eval_fraction: float, calibration_fraction: float) -> list[str]:
+def _split_labels(n: int, rng: random.Random, eval_fraction: float, calibration_fraction: float,
+                  max_heldout: int) -> list[str]:
     if not (0 <= eval_fraction and 0 <= calibration_fraction and eval_fraction + calibration_fraction < 1):
         raise SpecdraftError("eval and calibration fractions must be in [0, 1) and sum to less than 1")
-    n_eval, n_cal = round(n * eval_fraction), round(n * calibration_fraction)
+    n_eval = min(round(n * eval_fraction), max_heldout)
+    n_cal = min(round(n * calibration_fraction), max_heldout)
     if n >= 3:
         n_eval, n_cal = max(1, n_eval), max(1, n_cal)
         while n_eval + n_cal > n - 1:
@@ -450,15 +452,22 @@ def _split_labels(n: int, rng: random.Random, eval_fraction: float, calibration_
     return labels
 
 
+# Eval and calibration traces are capped: a big corpus grows the train split (what the tables
+# index), while scoring stays the size of the seed's (256 eval traces).
+MAX_HELDOUT = 500
+
+
 def generate_traces(
-    n_traces: int = 3000, seed: int = 0, eval_fraction: float = 0.05, calibration_fraction: float = 0.05
+    n_traces: int = 3000, seed: int = 0, eval_fraction: float = 0.05, calibration_fraction: float = 0.05,
+    max_heldout: int = MAX_HELDOUT,
 ) -> pa.Table:
-    """A table of n_traces synthetic traces: problem, problem_source, raw_reasoning, split."""
+    """A table of n_traces synthetic traces: problem, problem_source, raw_reasoning, split (at most
+    max_heldout eval and as many calibration traces)."""
     if n_traces < 0:
         raise SpecdraftError(f"n_traces must be >= 0, got {n_traces}")
     records = generate_problems(n_traces, seed)
     split_rng = random.Random(f"specdraft-splits-{seed}")
-    splits = _split_labels(n_traces, split_rng, eval_fraction, calibration_fraction)
+    splits = _split_labels(n_traces, split_rng, eval_fraction, calibration_fraction, max_heldout)
     return pa.table(
         {
             "problem": pa.array([rec["problem"] for rec in records], pa.string()),

@@ -8,7 +8,8 @@ Every SQL file is one SELECT statement with a header that names the table it mak
     -- params: $draft_len BIGINT, $top_k BIGINT
 
 `Warehouse.materialize` wraps the query into `create table` / `insert into`, binds the
-parameters, times it, logs it, and re-raises failures with the file name. Nothing else in
+parameters, times it, logs it, and re-raises failures with the file name. The exceptions are the
+MERGE statements of incremental updates (sql/incremental/), which `Warehouse.apply` runs as written. Nothing else in
 specdraft calls `con.execute` with SQL text.
 """
 
@@ -260,14 +261,16 @@ class Warehouse:
         view: bool = False,
         schema: str | None = None,
         persistent_view: bool = False,
+        into: str | None = None,
     ) -> None:
         """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
 
         temp=True keeps a build intermediate in memory (spilling to the warehouse's tmp/), out of
-        the warehouse file. view=True makes a temporary view (no parameters).
+        the warehouse file. view=True makes a temporary view (no parameters). into= writes to
+        another table of the same grain instead of `out` (an incremental update's delta).
         """
         sql_file = load_sql(name)
-        target = quote_identifier(sql_file.out)
+        target = quote_identifier(into or sql_file.out)
         if schema:
             target = f"{quote_identifier(schema)}.{target}"
         if append:
@@ -276,6 +279,12 @@ class Warehouse:
             kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
             statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
+
+    def apply(self, name: str, params: dict[str, Any] | None = None) -> None:
+        """Run `sql/<name>.sql` as written: a statement that changes its `out` table in place
+        (the MERGEs of an incremental update, sql/incremental/)."""
+        sql_file = load_sql(name)
+        self._execute(sql_file, sql_file.text, params or {})
 
     def query(self, name: str, params: dict[str, Any] | None = None):
         """Run `sql/<name>.sql` and return a DuckDB relation (.to_arrow_table(), .fetchall(), ...).
@@ -301,6 +310,13 @@ class Warehouse:
                 self.con.execute(f"create or replace table {target} as select * from _specdraft_arrow")
         finally:
             self.con.unregister("_specdraft_arrow")
+
+    def load_parquet(self, table: str, files: str) -> None:
+        """Replace `table` with the rows of Parquet files (a path or glob) written by another
+        engine (the Spark build)."""
+        self.con.execute(
+            f"create or replace table {quote_identifier(table)} as select * from read_parquet(?)", [files]
+        )
 
     def drop_view(self, view: str) -> None:
         self.con.execute(f"drop view if exists {quote_identifier(view)}")

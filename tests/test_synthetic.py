@@ -153,3 +153,10 @@ def test_write_traces_parquet(tmp_path) -> None:
     assert table.equals(generate_traces(120, seed=9))
     write_traces_parquet(tmp_path / "again.parquet", n_traces=120, seed=9)
     assert pq.read_table(tmp_path / "again.parquet").equals(table)
+
+
+def test_held_out_splits_are_capped_for_big_corpora():
+    splits = generate_traces(12_000, seed=3, max_heldout=400).column("split").to_pylist()
+    assert splits.count("eval") == 400 and splits.count("calibration") == 400
+    small = generate_traces(1000, seed=3, max_heldout=400).column("split").to_pylist()
+    assert small.count("eval") == 50  # 5% of 1000, under the cap

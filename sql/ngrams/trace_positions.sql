@@ -1,7 +1,7 @@
 -- out: trace_positions
 -- grain: trace_id, pos
 -- reads: selected_traces, hash_powers
--- params: $draft_len BIGINT, $max_index_positions BIGINT, $backoff_max_index_positions BIGINT, $tail1 BIGINT, $tail2 BIGINT, $inv1 BIGINT, $inv2 BIGINT, $p1 BIGINT, $p2 BIGINT
+-- params: $draft_len BIGINT, $max_index_positions BIGINT, $backoff_max_index_positions BIGINT, $tail1 BIGINT, $tail2 BIGINT, $inv1 BIGINT, $inv2 BIGINT, $p1 BIGINT, $p2 BIGINT, $from_trace_id BIGINT
 -- One row per token of every selected trace (pos counts from 0 at the first prompt token), with
 -- what the context keys are made of:
 --   term   = (token_id + 1) * B^-pos mod p, so the hash of tokens[a .. b - 1] is
@@ -13,15 +13,17 @@
 -- and the seed's index order: exact_order for the positions ContinuationIndex adds
 -- (pos < n_tokens - draft_len, under --max-index-positions), backoff_order for those BackoffIndex
 -- adds (every token, under --backoff-max-index-positions), counted in train order.
+-- Only traces from $from_trace_id on get rows (0 in a full build; the first appended trace in an
+-- incremental update), but their index order counts every selected train trace before them.
 with train_offsets as (
     select
         trace_id,
         coalesce(sum(greatest(n_tokens - $draft_len, 0)) over (
             order by split_row rows between unbounded preceding and 1 preceding
-        ), 0) as exact_before,
+        ), 0)::bigint as exact_before,
         coalesce(sum(n_tokens) over (
             order by split_row rows between unbounded preceding and 1 preceding
-        ), 0) as backoff_before
+        ), 0)::bigint as backoff_before
     from selected_traces
     where split = 'train'
 ),
@@ -33,6 +35,7 @@ tokens as (
         unnest(generate_series(0, n_tokens - 1)) as pos,
         unnest(tokens) as token_id
     from selected_traces
+    where trace_id >= $from_trace_id
 ),
 terms as (
     select

@@ -8,7 +8,7 @@ select
     split,
     count(*) as dropped
 from read_parquet($traces_path)
-where len(completion_tokens) = 0
+where array_length(completion_tokens) = 0
     and split_row < case split
         when 'train' then coalesce(nullif($train_limit, 0), 9223372036854775807)
         when 'calibration' then coalesce(nullif($calibration_limit, 0), 9223372036854775807)

@@ -1,0 +1,274 @@
+"""`specdraft ingest --append`: the tables update from the appended traces alone and equal a full
+rebuild, table for table and in results.json; a refused or killed append changes nothing.
+
+The parity fixture is split into a base part and appended parts (rows of each split, in order);
+"full" ingests base + appended parts as one file into a fresh warehouse. Trace ids differ between
+the two (appended rows get ids after the base's), so tables are compared with every trace id
+mapped to its (split, split_row); a full build over the appended traces file itself is compared
+as is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from specdraft.cli import main
+from specdraft.config import RunConfig
+from specdraft.ngrams import build_ngram_tables
+from specdraft.pipeline import run_all
+from specdraft.warehouse import Warehouse
+
+from .conftest import FIXTURES
+
+STAGE_4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",
+           "backoff_next_tokens", "backoff_top_tokens")
+SUMMARIES = ("selected", "oracle_best", "decode_step", "per_source", "exact_positions_added",
+             "backoff_positions_added", "train_examples", "calibration_examples", "eval_examples",
+             "dropped_empty_completions")
+SMALL = {"max_completion_tokens": 160}
+SPLITS = ("train", "calibration", "eval")
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def split_fixture(tmp_path, *cuts: dict[str, int]) -> list:
+    """The fixture's rows cut into parts at rows of each split: ({"train": 20, "calibration": 5,
+    "eval": 5}, {"train": 30}) gives train rows [0, 20), [20, 30), [30, end), and calibration and
+    eval rows [0, 5), none, [5, end). A split left out of the first cut is all in the first part;
+    left out of a later cut, it has no rows in that part. Returns the parts' files and, last, all
+    of them as one file."""
+    rows = pl.read_parquet(FIXTURES / "parity_traces.parquet").with_columns(
+        pl.int_range(pl.len()).over("split").alias("row"))
+    bounds = [dict.fromkeys(SPLITS, 0)]
+    for cut in cuts:
+        bounds.append({split: cut.get(split, bounds[-1][split] if len(bounds) > 1 else 10**9) for split in SPLITS})
+    bounds.append(dict.fromkeys(SPLITS, 10**9))
+    paths = []
+    for i, (lower, upper) in enumerate(itertools.pairwise(bounds)):
+        part = rows.filter(pl.any_horizontal(
+            (pl.col("split") == split) & (pl.col("row") >= lower[split]) & (pl.col("row") < upper[split])
+            for split in SPLITS))
+        paths.append(tmp_path / f"part{i}.parquet")
+        part.drop("row").write_parquet(paths[-1])
+    whole = tmp_path / "whole.parquet"
+    pl.concat([pl.read_parquet(p) for p in paths]).write_parquet(whole)
+    return [*paths, whole]
+
+
+def tables(root, name: str = "ds", map_ids: bool = True) -> dict[str, list[tuple]]:
+    """Every stage-4 table, all columns, sorted; trace ids as (split, split_row) when map_ids."""
+    with Warehouse(root, read_only=True, dataset=name) as wh:
+        ids = {t: (s, r) for t, s, r in wh.con.execute("select trace_id, split, split_row from selected_traces")
+               .fetchall()}
+        out = {}
+        for table in STAGE_4:
+            result = wh.con.execute(f"select * from {table}")
+            columns = [c[0] for c in result.description]
+            rows = [list(row) for row in result.fetchall()]
+            for i, column in enumerate(columns):
+                if map_ids and column in ("trace_id", "src_trace_id"):
+                    for row in rows:
+                        row[i] = ids[row[i]]
+            out[table] = sorted(map(tuple, rows))
+    return out
+
+
+def latest_build_key(root, stage: str = "ngram_tables", name: str = "ds") -> str:
+    with Warehouse(root, read_only=True, dataset=name) as wh:
+        return wh.query("warehouse/build_key", {"stage": stage}).fetchall()[0][0]
+
+
+def assert_same_results(incremental: dict, full: dict) -> None:
+    for key in SUMMARIES:
+        assert incremental[key] == full[key], key
+
+
+CASES = {
+    # no caps or limits; appended to every split, in two appends (the first train rows only)
+    "everything": (RunConfig(preset="seed", max_index_positions=0, backoff_max_index_positions=0, **SMALL),
+                   ({"train": 24, "calibration": 5, "eval": 5}, {"train": 33})),
+    # both index caps fall inside the appended train traces; the limits cut appended rows
+    "caps and limits bind": (RunConfig(preset="seed", max_index_positions=5000, backoff_max_index_positions=6000,
+                                       train_limit=36, calibration_limit=8, eval_limit=7, **SMALL),
+                             ({"train": 24, "calibration": 5, "eval": 5},)),
+    # the base already fills the caps and the train limit: only calibration and eval keys are added
+    "caps already full": (RunConfig(preset="seed", max_index_positions=3000, backoff_max_index_positions=3500,
+                                    train_limit=24, **SMALL),
+                          ({"train": 24, "calibration": 5, "eval": 5},)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_append_updates_the_tables_as_a_full_rebuild_would(tmp_path, case):
+    cfg, cuts = CASES[case]
+    *parts, whole = split_fixture(tmp_path, *cuts)
+    root = tmp_path / "incremental"
+    base = run_all(cfg, root, str(parts[0]), "unused", name="ds")
+    before = tables(root)
+    first_new = base_rows = pq.read_metadata(root / "traces" / "ds.parquet").num_rows
+    for part in parts[1:]:
+        appended = cli("ingest", "--append", "--data", part, "--name", "ds", "--warehouse", root)
+        assert appended.exit_code == 0, appended.stderr
+        assert appended.stdout.strip() == str(root / "traces" / "ds.parquet")
+        # no --data: the stored dataset, appended traces and all
+        incremental = run_all(cfg, root, None, "unused", name="ds")
+        assert latest_build_key(root).endswith(f"|updated_from={first_new}")  # not rebuilt: updated
+        first_new = pq.read_metadata(root / "traces" / "ds.parquet").num_rows
+    full = run_all(cfg, tmp_path / "full", str(whole), "unused", name="ds")
+    assert not latest_build_key(tmp_path / "full").endswith(f"|updated_from={base_rows}")
+
+    after = tables(root)
+    assert after == tables(tmp_path / "full")
+    assert_same_results(incremental, full)
+    # the same tables as a full build over the appended traces file itself, trace ids unmapped
+    with Warehouse(tmp_path / "rebuilt", dataset="ds") as wh:
+        build_ngram_tables(wh, cfg, root / "traces" / "ds.parquet")
+    assert tables(root, map_ids=False) == tables(tmp_path / "rebuilt", map_ids=False)
+    # what each case is about actually happened
+    for table in ("selected_traces", "query_context_keys"):
+        assert len(after[table]) > len(before[table])
+    grew = after["exact_continuation_counts"] != before["exact_continuation_counts"]
+    if case == "caps and limits bind":
+        assert base["exact_positions_added"] < cfg.max_index_positions == full["exact_positions_added"]
+        assert base["backoff_positions_added"] < cfg.backoff_max_index_positions == full["backoff_positions_added"]
+        assert full["train_examples"] == cfg.train_limit < pl.read_parquet(whole).filter(
+            pl.col("split") == "train").height
+        assert grew
+    elif case == "caps already full":
+        assert base["exact_positions_added"] == cfg.max_index_positions
+        assert not grew and after["backoff_next_tokens"] == before["backoff_next_tokens"]
+    else:
+        assert grew
+
+
+def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_path):
+    cfg = RunConfig(preset="seed", **SMALL)
+    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    root = tmp_path / "wh"
+    flags = ["--preset", "seed", "--max-completion-tokens", "160", "--warehouse", root]
+    assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "a", *flags).exit_code == 0
+    assert cli("ingest", "--append", "--data", extra, "--name", "ds", *flags).exit_code == 0
+    # --data pointing at the original file: the stored dataset with its appended traces
+    assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "b", *flags).exit_code == 0
+    key = latest_build_key(root)
+    assert "|updated_from=" in key
+    results = json.loads((tmp_path / "b" / "results.json").read_text())
+    total = pl.read_parquet(FIXTURES / "parity_traces.parquet").height
+    assert sum(results[f"{split}_examples"] for split in ("train", "calibration", "eval")) == total
+    # then without --data: nothing to rebuild
+    assert cli("run", "--name", "ds", "--out", tmp_path / "c", *flags).exit_code == 0
+    assert latest_build_key(root) == key
+    again = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert_same_results(again, results)
+    # a changed setting rebuilds in full
+    run_all(RunConfig(**{**cfg.to_dict(), "max_continuations_per_context": 2}), root, None, "unused", name="ds")
+    assert "|updated_from=" not in latest_build_key(root)
+    with Warehouse(root, read_only=True) as wh:
+        versions = wh.con.execute(
+            "select traces, source from main.dataset_versions where name = 'ds' order by ingested_at").fetchall()
+    assert [v[0] for v in versions] == [42, total]
+    assert json.loads(versions[1][1])["splits"] == {"train": 12, "calibration": 3, "eval": 3}
+
+
+def _state(root) -> tuple:
+    """The dataset's traces file and catalog rows."""
+    data = (root / "traces" / "ds.parquet").read_bytes()
+    with Warehouse(root, read_only=True) as wh:
+        catalog = wh.con.execute("select * from main.dataset_versions order by ingested_at").fetchall()
+    return data, catalog
+
+
+@pytest.fixture
+def ingested(tmp_path):
+    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    root = tmp_path / "wh"
+    assert cli("ingest", "--data", base, "--name", "ds", "--warehouse", root).exit_code == 0
+    return root, extra
+
+
+def test_append_with_another_tokenizer_is_one_line_and_changes_nothing(tmp_path, ingested):
+    from .test_tokenizer import _write_local_hf_tokenizer
+
+    root, extra = ingested
+    tokenizer = tmp_path / "tiny"
+    _write_local_hf_tokenizer(tokenizer)
+    before = _state(root)
+    result = cli("ingest", "--append", "--data", extra, "--name", "ds", "--tokenizer", tokenizer,
+                 "--warehouse", root)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "tokenized with Qwen/Qwen2.5-7B-Instruct" in result.stderr and result.stdout == ""
+    assert _state(root) == before
+
+
+def test_append_needs_an_existing_dataset_and_new_rows(tmp_path, ingested):
+    root, extra = ingested
+    missing = cli("ingest", "--append", "--data", extra, "--name", "nope", "--warehouse", root)
+    assert missing.exit_code == 1 and missing.stderr.count("\n") == 1 and "no dataset 'nope'" in missing.stderr
+    before = _state(root)
+    assert cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root).exit_code == 0
+    twice = cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root)
+    assert twice.exit_code == 1 and "already in dataset 'ds'" in twice.stderr
+    assert _state(root) != before
+
+
+def test_a_failed_append_changes_nothing(ingested, monkeypatch):
+    import specdraft.append
+
+    root, extra = ingested
+    before = _state(root)
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(specdraft.append, "record_dataset_version", fail)
+    with pytest.raises(OSError):
+        cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root)
+    assert _state(root) == before
+    assert sorted(p.name for p in (root / "traces").iterdir()) == ["ds.parquet"]
+
+
+# `specdraft ingest --append` killed (SIGKILL) when it renames the new traces file: before or after
+KILLED = """
+import os, signal, sys, types
+from specdraft import traces
+from specdraft.cli import main
+def killed(*args):
+    if sys.argv[1] == "after":
+        os.replace(*args)
+    os.kill(os.getpid(), signal.SIGKILL)
+traces.os = types.SimpleNamespace(**{**vars(os), "replace": killed})
+main(sys.argv[2:])
+"""
+
+
+def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
+    root, extra = ingested
+    before = _state(root)
+    expected = pq.read_metadata(root / "traces" / "ds.parquet").num_rows + pq.read_metadata(extra).num_rows
+    args = ["ingest", "--append", "--data", str(extra), "--name", "ds", "--warehouse", str(root)]
+    # killed just before the new file replaces the old one: nothing changed
+    process = subprocess.run([sys.executable, "-c", KILLED, "before", *args], capture_output=True, check=False)
+    assert process.returncode == -9
+    assert _state(root) == before
+    # killed after the rename, before the catalog's commit: the next run brings the catalog up to
+    # date, and the tables then cover every trace
+    process = subprocess.run([sys.executable, "-c", KILLED, "after", *args], capture_output=True, check=False)
+    assert process.returncode == -9
+    rows = pq.read_metadata(root / "traces" / "ds.parquet").num_rows
+    assert rows == expected and _state(root)[1] == before[1]
+    run_all(RunConfig(preset="seed", **SMALL), root, None, "unused", name="ds")
+    assert _state(root)[1][-1][5] == rows
+    assert not [p for p in (root / "traces").iterdir() if p.name != "ds.parquet"]  # no partial file left
+    with duckdb.connect(str(root / "specdraft.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from ds.selected_traces").fetchall()[0][0] == rows
