@@ -103,6 +103,17 @@ def warehouse_options(func):
     return _with_options(options, func)
 
 
+def engine_options(func):
+    options = [
+        click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+                     help="Who builds the n-gram tables: DuckDB in-process, or Apache Spark (PySpark; "
+                          "the tables are equal, see the README's 'Past one machine')."),
+        click.option("--spark-master", default="local[*]", show_default=True,
+                     help="Spark master URL for --engine spark, e.g. local[4] or spark://host:7077."),
+    ]
+    return _with_options(options, func)
+
+
 CONFIG_KEYS = (
     "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
     "backoff_min_context_len", "max_index_positions", "backoff_max_index_positions",
@@ -166,12 +177,17 @@ def main() -> None:
     """
 
 
-def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug, leave_one_out=False) -> dict:
+def _engine(kwargs: dict) -> dict:
+    return {"engine": kwargs.pop("engine", "duckdb"), "spark_master": kwargs.pop("spark_master", None)}
+
+
+def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug, leave_one_out=False,
+         **engine) -> dict:
     from specdraft.pipeline import run_all
     from specdraft.report import write_outputs
 
     results = run_all(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
-                      leave_one_out=leave_one_out, **source)
+                      leave_one_out=leave_one_out, **engine, **source)
     if out:
         write_outputs(results, Path(out))
     from specdraft.charts import summary_table
@@ -190,6 +206,7 @@ def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug
               help="Directory for results.json and accepted_histogram.svg.")
 @click.option("--leave-one-out", is_flag=True,
               help="Also refit without each source and report its marginal contribution (--preset default).")
+@engine_options
 @handle_errors
 def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
     """Run every stage: ingest, tokenize, build tables, candidates, calibrate, evaluate, report.
@@ -197,7 +214,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
     Stages already built for the same data and settings are reused.
     """
     cfg = _config(kwargs)
-    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, leave_one_out)
+    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, leave_one_out, **_engine(kwargs))
 
 
 @main.command()
@@ -208,6 +225,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 @warehouse_options
 @click.option("--out", default="results/demo", show_default=True, type=click.Path(),
               help="Directory for results.json and accepted_histogram.svg.")
+@engine_options
 @handle_errors
 def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Run the whole pipeline on a built-in synthetic sample of math reasoning traces (no network)."""
@@ -218,7 +236,7 @@ def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
     if not data.exists():
         write_traces_parquet(data, n_traces=n_traces, seed=seed)
     source = {"data": str(data), "dataset": DEFAULT_DATASET, "name": "synthetic", "columns": None}
-    _run(cfg, source, warehouse, out, memory_limit, debug)
+    _run(cfg, source, warehouse, out, memory_limit, debug, **_engine(kwargs))
 
 
 def stage_command(func):
@@ -230,7 +248,8 @@ def _until(last: str, warehouse, memory_limit, debug, kwargs):
     from specdraft.pipeline import run_until
 
     cfg = _config(kwargs)
-    return run_until(last, cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_source(kwargs))
+    return run_until(last, cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_engine(kwargs),
+                     **_source(kwargs))
 
 
 @stage_command
@@ -258,6 +277,7 @@ def ingest(warehouse, memory_limit, debug, append, **kwargs) -> None:
 
 
 @stage_command
+@engine_options
 def build(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 4: build the n-gram and backoff tables (ingesting first if needed)."""
     for key, value in _until("ngram_tables", warehouse, memory_limit, debug, kwargs).items():
@@ -265,6 +285,7 @@ def build(warehouse, memory_limit, debug, **kwargs) -> None:
 
 
 @stage_command
+@engine_options
 def candidates(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 5: every source's draft at every calibration and eval query position."""
     for key, value in _until("candidates", warehouse, memory_limit, debug, kwargs).items():
@@ -272,6 +293,7 @@ def candidates(warehouse, memory_limit, debug, **kwargs) -> None:
 
 
 @stage_command
+@engine_options
 def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 6: calibrate the policy; prints each source's average (--preset seed) or the model."""
     policy = _until("calibrate", warehouse, memory_limit, debug, kwargs)
@@ -291,11 +313,12 @@ def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
 @warehouse_options
 @click.option("--out", default=None, type=click.Path(),
               help="Also write results.json and accepted_histogram.svg here.")
+@engine_options
 @handle_errors
 def evaluate(out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 7: evaluate on eval (every position and decode step) and record the run."""
     cfg = _config(kwargs)
-    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug)
+    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, **_engine(kwargs))
 
 
 def _train_sizes(ctx, param, value: str | None) -> tuple[int, ...] | None:

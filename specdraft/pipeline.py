@@ -193,6 +193,7 @@ def source_signature(data: str | None, dataset: str, columns) -> str:
     return json.dumps({"files": stats, "columns": repr(columns)})
 
 
+ENGINES = ("duckdb", "spark")
 STAGES = ("ingest", "ngram_tables", "candidates", "calibrate", "evaluate")
 # Settings each stage's output depends on (besides the traces file and earlier stages).
 STAGE_SETTINGS = {
@@ -253,8 +254,11 @@ def code_fingerprint(stage: str) -> str:
 def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
               name: str | None = None, columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
               debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None,
-              leave_one_out: bool = False):
+              leave_one_out: bool = False, engine: str = "duckdb", spark_master: str | None = None):
     """Run the stages up to and including `last`, reusing tables already built for the same inputs.
+
+    engine="spark" builds the stage-4 tables on Spark (spark_build.py) and loads them into the
+    warehouse; the tables equal DuckDB's, so tables already built are reused whichever engine made them.
 
     Returns that stage's output: counters (ngram_tables), candidate counts (candidates), the
     policy (calibrate) or the results dict (evaluate).
@@ -270,6 +274,10 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
 
     if last not in STAGES:
         raise SpecdraftError(f"unknown stage {last!r}; stages: {', '.join(STAGES)}")
+    if engine not in ENGINES:
+        raise SpecdraftError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
+    if engine == "spark":
+        from specdraft.spark_build import build_on_spark, load_into_warehouse
     timer = timer or StageTimer()
     name = name or dataset_name_for(data, dataset)
     started = time.perf_counter()
@@ -285,8 +293,13 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
             if not same_build(built, key):
                 # traces appended since the tables were built (same settings, code): add just them
                 start = update_start(wh, built, key, meta)
+                if start is None and engine == "spark":
+                    spark_dir = wh.root / "spark" / name
+                    spark_tables = build_on_spark(cfg, path, spark_dir, spark_master, memory_limit)
                 with wh.transaction():
-                    if start is None:
+                    if start is None and engine == "spark":
+                        load_into_warehouse(wh, spark_dir, spark_tables)
+                    elif start is None:
                         build_ngram_tables(wh, cfg, path)
                     else:
                         update_ngram_tables(wh, cfg, path, start)
@@ -331,10 +344,10 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
 
 def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
             columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False,
-            leave_one_out: bool = False) -> dict:
+            leave_one_out: bool = False, engine: str = "duckdb", spark_master: str | None = None) -> dict:
     """Run every stage; return the results dict (see report.build_results)."""
     return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug,
-                     leave_one_out=leave_one_out)
+                     leave_one_out=leave_one_out, engine=engine, spark_master=spark_master)
 
 
 def leave_one_out_table(wh: Warehouse, cfg: RunConfig, results: dict) -> dict:

@@ -1,0 +1,120 @@
+"""The Spark engine: sql/ files transpiled by SQLGlot, run by PySpark in local mode, give the same
+stage-4 tables as DuckDB, and the same results end to end.
+
+Needs Java 17+ (.ci/run installs Debian's openjdk-17-jre-headless when `java` is missing).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
+from specdraft.pipeline import run_all
+from specdraft.spark_build import to_spark_sql
+
+# The parity fixture's flags (tests/fixtures/README.md): both index caps bind.
+PARITY = {"max_completion_tokens": 160, "max_index_positions": 5000, "backoff_max_index_positions": 6000}
+
+
+def test_parameters_are_bound_as_literals():
+    sql = to_spark_sql("select $n + 1 as a, $name as b, $xs as c, $flag as d",
+                       {"n": 41, "name": "it's", "xs": [1, 2], "flag": True})
+    assert sql == "SELECT 41 + 1 AS a, 'it\\'s' AS b, ARRAY(1, 2) AS c, TRUE AS d"  # Spark escapes with \\
+    with pytest.raises(SpecdraftError, match=r"missing parameter \$n"):
+        to_spark_sql("select $n", {})
+
+
+def test_duckdb_only_forms_are_rewritten():
+    # list slices are 1-based and inclusive in DuckDB; Spark's slice takes (start, length)
+    assert "SLICE(xs, 1, (5 - 1) + 1)" in to_spark_sql("select xs[1:$k] from t", {"k": 5})
+    # side-by-side unnests become one generator
+    zipped = to_spark_sql("select id, unnest(a) as x, unnest(b) as y from t")
+    assert zipped == "SELECT id, INLINE(ARRAYS_ZIP(a, b)) AS (x, y) FROM t"
+    # a frame on a named window is spelled out
+    inlined = to_spark_sql("select sum(v) over (w rows between 1 preceding and current row) from t "
+                           "window w as (partition by g order by o)")
+    assert "WINDOW" not in inlined
+    assert "PARTITION BY g ORDER BY o" in inlined and "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW" in inlined.upper()
+
+
+STAGE4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",
+          "backoff_next_tokens", "backoff_top_tokens")
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory, fixtures_dir):
+    """The parity fixture run end to end twice: tables built by Spark (local mode), and by DuckDB."""
+    root = tmp_path_factory.mktemp("engines")
+    cfg = RunConfig(preset="seed", **PARITY)
+    data = str(fixtures_dir / "parity_traces.parquet")
+    spark = run_all(cfg, root / "spark_wh", data, "unused", name="fx", engine="spark", spark_master="local[2]")
+    duck = run_all(cfg, root / "duck_wh", data, "unused", name="fx")
+    con = duckdb.connect()
+    con.execute(f"attach '{root / 'spark_wh' / 'specdraft.duckdb'}' as s (read_only)")
+    con.execute(f"attach '{root / 'duck_wh' / 'specdraft.duckdb'}' as d (read_only)")
+    yield {"spark": spark, "duck": duck, "con": con, "parquet": root / "spark_wh" / "spark" / "fx"}
+    con.close()
+
+
+@pytest.mark.parametrize("table", STAGE4)
+def test_spark_table_equals_duckdb_table(engines, table):
+    con = engines["con"]
+    duck = f"d.fx.{table}"
+    count = con.sql(f"select count(*) from {duck}").fetchall()[0][0]
+    assert count > 0
+    # the Parquet Spark wrote, and the table loaded from it into the warehouse
+    for spark in (f"read_parquet('{engines['parquet'] / table}/*.parquet')", f"s.fx.{table}"):
+        spark_rel, duck_rel = con.sql(f"select * from {spark}"), con.sql(f"select * from {duck}")
+        assert spark_rel.columns == duck_rel.columns
+        assert spark_rel.types == duck_rel.types
+        assert con.sql(f"select count(*) from {spark}").fetchall()[0][0] == count
+        for left, right in ((duck, spark), (spark, duck)):
+            extra = con.sql(f"select count(*) from (select * from {left} except all select * from {right})")
+            assert extra.fetchall()[0][0] == 0, f"{table}: rows of {left} missing from {right}"
+
+
+def _histogram(summary: dict) -> dict[int, int]:
+    return {int(k): int(v) for k, v in summary["histogram"].items()}
+
+
+def test_spark_engine_end_to_end_matches_duckdb_and_the_reference(engines, fixtures_dir):
+    reference = json.loads((fixtures_dir / "parity_reference.json").read_text())
+    for key in ("selected", "oracle_best", "decode_step"):
+        assert engines["spark"][key]["histogram"] == engines["duck"][key]["histogram"]
+    assert _histogram(engines["spark"]["selected"]) == _histogram(reference["every_position"])
+    for key in ("exact_positions_added", "backoff_positions_added"):
+        assert engines["spark"][key] == engines["duck"][key] == reference[key]
+
+
+def test_bad_master_fails_with_one_line(tmp_path, fixtures_dir):
+    done = subprocess.run(
+        [sys.executable, "-m", "specdraft.cli", "build", "--data", str(fixtures_dir / "parity_traces.parquet"),
+         "--warehouse", str(tmp_path / "wh"), "--engine", "spark", "--spark-master", "nonsense://x"],
+        check=False, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("specdraft: error: cannot start Spark at nonsense://x")
+
+
+def test_hash_powers_double_past_long_traces(engines):
+    """The doubling reads each step's table back (hash_powers.sql): a 20,000-token trace needs 15
+    steps, which once overflowed Spark's optimizer when each step's plan nested the last."""
+    from specdraft.hashing import B1, B2, P1, P2
+    from specdraft.ngrams import build_hash_powers
+    from specdraft.spark_build import SparkTables, start_spark
+
+    spark = start_spark("local[2]")  # the session the engines fixture started
+    spark.sql("select 0 as trace_id, 'train' as split, 0 as split_row, 1 as prompt_len, "
+              "20000 as n_tokens").createOrReplaceTempView("selected_traces")
+    tables = SparkTables(spark, engines["parquet"].parent / "powers")
+    build_hash_powers(tables)
+    rows = spark.sql("select pos, b1, b2 from hash_powers where pos in (0, 1, 12345, 19999)").collect()
+    assert {r.pos: (r.b1, r.b2) for r in rows} == {
+        pos: (pow(B1, pos, P1), pow(B2, pos, P2)) for pos in (0, 1, 12345, 19999)}
+    assert spark.sql("select count(*) as n from hash_powers").collect()[0].n >= 20000
