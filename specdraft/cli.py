@@ -91,13 +91,24 @@ def source_options(func):
     return _with_options(options, func)
 
 
+def _memory_size(ctx, param, value: str | None) -> str | None:
+    from specdraft.warehouse import size_bytes
+
+    if value is not None:
+        try:
+            size_bytes(value)
+        except SpecdraftError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 def warehouse_options(func):
     options = [
         click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
                      help="Warehouse directory (traces Parquet + specdraft.duckdb)."),
-        click.option("--memory-limit", default=DEFAULT_MEMORY_LIMIT, show_default=True,
-                     help="DuckDB memory limit, e.g. 8GB (default: a quarter of RAM); past it, builds "
-                          "spill to <warehouse>/tmp."),
+        click.option("--memory-limit", default=DEFAULT_MEMORY_LIMIT, show_default=True, callback=_memory_size,
+                     help="The run's memory budget, e.g. 8GB (default: a quarter of RAM); DuckDB gets 70% "
+                          "of it and spills to <warehouse>/tmp past that."),
         click.option("--debug", is_flag=True, help="Log every SQL statement and show tracebacks."),
     ]
     return _with_options(options, func)

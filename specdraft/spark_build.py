@@ -26,9 +26,10 @@ import sqlglot
 from sqlglot import exp
 
 from specdraft.errors import SpecdraftError
-from specdraft.warehouse import Warehouse, load_sql
+from specdraft.warehouse import Warehouse, load_sql, size_bytes
 
 DEFAULT_MASTER = "local[*]"
+LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
 
 
 def _literal(value: Any) -> exp.Expression:
@@ -106,18 +107,12 @@ def to_spark_sql(duckdb_sql: str, params: dict[str, Any] | None = None) -> str:
 
 
 def spark_memory(memory_limit: str | None) -> str:
-    """The driver's JVM heap from --memory-limit ("5GB" -> "5g"); in local mode the driver does
-    all the work.
+    """The driver's JVM heap: the run's --memory-limit (in local mode the driver does all the work).
 
-    >>> spark_memory("5GB"), spark_memory("512MB"), spark_memory(None)
-    ('5g', '512m', '4g')
+    >>> spark_memory("5GB"), spark_memory(None)
+    ('4768m', '4g')
     """
-    if not memory_limit:
-        return "4g"
-    value = memory_limit.strip().lower().replace("ib", "").replace("b", "")
-    if not value[:-1].isdigit() or value[-1] not in "kmgt":
-        raise SpecdraftError(f"--memory-limit {memory_limit!r}: expected a size like 4GB for Spark")
-    return value
+    return f"{size_bytes(memory_limit) // 1024**2}m" if memory_limit else "4g"
 
 
 def start_spark(master: str | None = None, memory: str = "4g", local_dir: Path | None = None):
@@ -138,6 +133,7 @@ def start_spark(master: str | None = None, memory: str = "4g", local_dir: Path |
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG_CONFIG}")
     )
     if local_dir is not None:
         local_dir.mkdir(parents=True, exist_ok=True)
