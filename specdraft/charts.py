@@ -44,6 +44,21 @@ def _text(x: float, y: float, content: str, size: int = 12, anchor: str = "middl
             f"{escape(content)}</text>")
 
 
+def _svg_open(title: str, desc: str, subtitle: str) -> list[str]:
+    """The opening of every chart: the svg element, its accessible title and description, a white
+    background, and the title and subtitle lines."""
+    return [
+        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="chart-title chart-desc" '
+         f'font-family={quoteattr(FONT)}>'),
+        f'<title id="chart-title">{escape(title)}</title>',
+        f'<desc id="chart-desc">{escape(desc)}</desc>',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
+        _text(WIDTH / 2, 24, title, 16, font_weight="bold", fill="#222222"),
+        _text(WIDTH / 2, 44, subtitle, 12, fill="#555555"),
+    ]
+
+
 def histogram_svg(results: dict, title: str | None = None) -> str:
     draft_len = int(results["draft_len"])
     dataset = str(results.get("dataset", ""))
@@ -61,16 +76,7 @@ def histogram_svg(results: dict, title: str | None = None) -> str:
             f"0 to {draft_len}, for " + ", ".join(
                 f"{label} ({_positions(results[key])} positions, average {results[key]['avg_accepted']:.3f})"
                 for key, label, _ in SERIES) + ".")
-    out = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="chart-title chart-desc" '
-         f'font-family={quoteattr(FONT)}>'),
-        f'<title id="chart-title">{escape(title)}</title>',
-        f'<desc id="chart-desc">{escape(desc)}</desc>',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
-        _text(WIDTH / 2, 24, title, 16, font_weight="bold", fill="#222222"),
-        _text(WIDTH / 2, 44, f"avg accepted: {subtitle}", 12, fill="#555555"),
-    ]
+    out = _svg_open(title, desc, f"avg accepted: {subtitle}")
     # Legend, centred under the subtitle.
     x = WIDTH / 2 - 150
     for _, label, colour in SERIES:
@@ -187,16 +193,7 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
     desc = (f"Line chart of {y_label} against {x_label}, for " + ", ".join(
         f"{label} (" + ", ".join(f"{_g(x)}: {y:.3f}" for x, y in points) + ")"
         for _, label, points, _ in series) + ".")
-    out = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="chart-title chart-desc" '
-         f'font-family={quoteattr(FONT)}>'),
-        f'<title id="chart-title">{escape(title)}</title>',
-        f'<desc id="chart-desc">{escape(desc)}</desc>',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
-        _text(WIDTH / 2, 24, title, 16, font_weight="bold", fill="#222222"),
-        _text(WIDTH / 2, 44, subtitle, 12, fill="#555555"),
-    ]
+    out = _svg_open(title, desc, subtitle)
     x = WIDTH / 2 - 55 * len(series)
     for _, label, _, colour in series:
         out.append(f'<line x1="{x:.1f}" x2="{x + 14:.1f}" y1="62" y2="62" stroke="{colour}" stroke-width="2.5"/>')

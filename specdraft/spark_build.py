@@ -170,8 +170,9 @@ class SparkTables:
         if view:
             frame.createOrReplaceTempView(out)
         elif temp or (append and out in self._intermediates):
-            if append:
-                frame = self._intermediates[out].unionByName(frame)
+            if append:  # a union keeps both sides' partitions: coalesce, or they double every step
+                frame = self._intermediates[out].unionByName(frame).coalesce(
+                    self.spark.sparkContext.defaultParallelism)
             # computed now, before the view it reads is replaced, and cut from its lineage: the
             # hash powers' doubling would otherwise nest each step's whole plan in the next
             frame = frame.localCheckpoint(eager=True)
