@@ -20,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from specdraft.charts import text_table
 from specdraft.errors import SpecdraftError
+from specdraft.progress import say
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "reference_metrics.py"
 DEFAULT_SCALES = (1, 2, 4, 8)
@@ -48,10 +50,6 @@ def _flags(options: dict) -> list[str]:
         out += [f"--{key.replace('_', '-')}", str(value)]
     return out
 
-
-def _say(message: str) -> None:
-    if sys.stderr.isatty():
-        print(f"specdraft: {message}", file=sys.stderr)
 
 
 def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str = "seed") -> tuple[dict, dict]:
@@ -177,7 +175,7 @@ def cost_curve(data: Path, base_rows: int, scales: tuple[int, ...], flags: dict,
     points = []
     for i, scale in enumerate(scales, 1):
         limit = base_rows * scale
-        _say(f"cost curve {i}/{len(scales)}: {scale}x, {limit} train rows")
+        say(f"cost curve {i}/{len(scales)}: {scale}x, {limit} train rows")
         run, results = run_specdraft(data, {**flags, "train_limit": limit}, memory_limit, preset)
         positions = int(results["exact_positions_added"])
         wall = round(run["wall_s"], 3)
@@ -227,15 +225,10 @@ def format_cost_curve(curve: dict) -> str:
               "-" if p["seconds_per_million_positions"] is None else f"{p['seconds_per_million_positions']:.2f}",
               _ratio(p["positions_ratio"]), _ratio(p["time_ratio"]), _ratio(p["memory_ratio"]))
              for p in curve["points"]]
-    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
-
-    def line(r: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) for c, w in zip(r, widths))
-
     flags = {k: v for k, v in curve["flags"].items() if k != "train_limit"}
     lines = [f"data: {curve['data']}",
              f"preset {curve['preset']}, train rows {curve['base_rows']} x scale; {' '.join(_flags(flags))}",
-             line(header), "  ".join("-" * w for w in widths), *(line(r) for r in cells)]
+             *text_table(header, cells)]
     growth = curve["growth"]
     if growth["time_exponent"] is not None:
         lines.append(f"growth with positions (log-log slope, 1 = linear): time {growth['time_exponent']:.2f}, "

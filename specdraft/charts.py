@@ -59,6 +59,22 @@ def _svg_open(title: str, desc: str, subtitle: str) -> list[str]:
     ]
 
 
+def _y_axis(top: float, step: float, plot_w: float, plot_h: float, label: str, unit: str = "") -> list[str]:
+    """The y grid from 0 to `top` every `step`, with tick labels, and the rotated axis label."""
+    base = TOP + plot_h
+    out = ['<g class="y-axis">']
+    for i in range(round(top / step) + 1):
+        value = i * step
+        y = base - plot_h * value / top
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="{"#333333" if i == 0 else "#dddddd"}" stroke-width="1"/>')
+        out.append(_text(LEFT - 6, y + 4, f"{value:g}{unit}", 11, "end", fill="#333333"))
+    out.append("</g>")
+    out.append(_text(18, TOP + plot_h / 2, label, 12, transform=f"rotate(-90 18 {TOP + plot_h / 2:.1f})",
+                     fill="#222222"))
+    return out
+
+
 def histogram_svg(results: dict, title: str | None = None) -> str:
     draft_len = int(results["draft_len"])
     dataset = str(results.get("dataset", ""))
@@ -83,17 +99,7 @@ def histogram_svg(results: dict, title: str | None = None) -> str:
         out.append(f'<rect x="{x:.1f}" y="56" width="12" height="12" fill="{colour}"/>')
         out.append(_text(x + 17, 66, label, 12, "start", fill="#222222"))
         x += 110
-    # Y grid, ticks and labels.
-    out.append('<g class="y-axis">')
-    for i in range(round(top / step) + 1):
-        value = i * step
-        y = base - plot_h * value / top
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{"#333333" if i == 0 else "#dddddd"}" stroke-width="1"/>')
-        out.append(_text(LEFT - 6, y + 4, f"{value:g}%", 11, "end", fill="#333333"))
-    out.append("</g>")
-    out.append(_text(18, TOP + plot_h / 2, "share of positions (%)", 12,
-                     transform=f"rotate(-90 18 {TOP + plot_h / 2:.1f})", fill="#222222"))
+    out += _y_axis(top, step, plot_w, plot_h, "share of positions (%)", unit="%")
     # Bars, grouped by accepted-token count.
     out.append('<g class="bars">')
     for k in buckets:
@@ -119,6 +125,21 @@ def write_histogram_svg(results: dict, path) -> Path:
     return path
 
 
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left_first: bool = False) -> list[str]:
+    """Aligned plain-text lines: the header, a rule, the rows; columns right-aligned (the first
+    left-aligned with left_first).
+
+    >>> text_table(("a", "bb"), [("1", "2")])
+    ['a  bb', '-  --', '1   2']
+    """
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if left_first and i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
 def summary_table(results: dict) -> str:
     rows = [(key, results[key]) for key, _, _ in SERIES if key in results]
     rows += [(f"multi-draft {k}", v) for k, v in results.get("multi_draft", {}).items()]
@@ -126,12 +147,7 @@ def summary_table(results: dict) -> str:
     header = ("metric", "positions", "avg accepted", "hit rate", "full draft", "avg on hit")
     cells = [(name, f"{s['positions']}", f"{s['avg_accepted']:.3f}", f"{100 * s['hit_rate']:.1f}%",
               f"{100 * s['full_draft_rate']:.1f}%", f"{s['avg_on_hit']:.3f}") for name, s in rows]
-    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
-
-    def line(r: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    lines = [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in cells)]
+    lines = text_table(header, cells, left_first=True)
     footer = (f"dataset {results.get('dataset', '?')}: train {results.get('train_examples', 0)}, "
               f"calibration {results.get('calibration_examples', 0)}, eval {results.get('eval_examples', 0)}")
     total = results.get("timings_s", {}).get("total")
@@ -200,14 +216,7 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
         out.append(f'<circle cx="{x + 7:.1f}" cy="62" r="3.5" fill="{colour}"/>')
         out.append(_text(x + 19, 66, label, 12, "start", fill="#222222"))
         x += 110
-    out.append('<g class="y-axis">')
-    for i in range(round(y_top / y_step) + 1):
-        value = i * y_step
-        y = py(value)
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{"#333333" if i == 0 else "#dddddd"}" stroke-width="1"/>')
-        out.append(_text(LEFT - 6, y + 4, f"{value:g}", 11, "end", fill="#333333"))
-    out.append("</g>")
+    out += _y_axis(y_top, y_step, plot_w, plot_h, y_label)
     out.append('<g class="x-axis">')
     for i in range(round(x_top / x_step) + 1):
         value = i * x_step
@@ -215,8 +224,6 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
                    f'stroke="#333333" stroke-width="1"/>')
         out.append(_text(px(value), base + 18, _g(value), 11, fill="#333333"))
     out.append("</g>")
-    out.append(_text(18, TOP + plot_h / 2, y_label, 12, transform=f"rotate(-90 18 {TOP + plot_h / 2:.1f})",
-                     fill="#222222"))
     out.append(_text(LEFT + plot_w / 2, HEIGHT - 18, x_label, 12, fill="#222222"))
     for key, label, points, colour in series:
         out.append(f'<g class="series" data-series={quoteattr(key)}>')

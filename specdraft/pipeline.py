@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
+from specdraft.progress import say
 from specdraft.warehouse import DEFAULT_MEMORY_LIMIT, Warehouse
 
 
@@ -107,7 +108,7 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
         )
     if not _use_stored(meta, data, source):
         if meta is not None and meta.get("appends"):
-            _say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
+            say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
                  f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)")
         write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
         meta = read_metadata(path)
@@ -140,12 +141,6 @@ def _cataloged_traces(wh: Warehouse, name: str) -> int | None:
     rows = wh.query("warehouse/dataset_traces", {"name": name}).fetchall()
     return rows[0][0] if rows else None
 
-
-def _say(message: str) -> None:
-    import sys
-
-    if sys.stderr.isatty():
-        print(f"specdraft: {message}", file=sys.stderr)
 
 
 def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:

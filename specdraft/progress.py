@@ -1,4 +1,4 @@
-"""Progress bars on stderr, switched off when stderr is not a terminal."""
+"""Progress bars and messages on stderr, switched off when stderr is not a terminal."""
 
 from __future__ import annotations
 
@@ -16,3 +16,9 @@ def progress(items: Iterable[T], desc: str, unit: str = "it", total: int | None 
     from tqdm import tqdm
 
     yield from tqdm(items, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False)
+
+
+def say(message: str) -> None:
+    """One progress message on stderr (stdout carries data only)."""
+    if sys.stderr.isatty():
+        print(f"specdraft: {message}", file=sys.stderr)

@@ -15,8 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from specdraft.charts import text_table
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
+from specdraft.progress import say
 from specdraft.warehouse import DEFAULT_MEMORY_LIMIT
 
 DEFAULT_POINTS = 4
@@ -65,10 +67,6 @@ def _label(rows: int, preset: str) -> str:
     return f"{rows // 1000}k {preset}" if rows % 1000 == 0 else f"{rows} {preset}"
 
 
-def _say(message: str) -> None:
-    if sys.stderr.isatty():
-        print(f"specdraft: {message}", file=sys.stderr)
-
 
 def scaling_curve(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
                   columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False,
@@ -95,7 +93,7 @@ def scaling_curve(cfg: RunConfig, warehouse: Path, data: str | None, dataset: st
                   file=sys.stderr)
     points = []
     for i, limit in enumerate(limits, 1):
-        _say(f"scaling {i}/{len(limits)}: {limit} train rows")
+        say(f"scaling {i}/{len(limits)}: {limit} train rows")
         started = time.perf_counter()
         results = run_all(dataclasses.replace(cfg, train_limit=limit), warehouse, data, dataset, name, columns,
                           memory_limit, debug)
@@ -141,9 +139,4 @@ def scaling_table(points: list[dict]) -> str:
     cells = [(f"{p['rows']}", f"{p['train_examples']}", f"{p['exact_positions_added']}",
               f"{p['backoff_positions_added']}", f"{p['avg_accepted']:.3f}", f"{p['decode_step_avg_accepted']:.3f}",
               f"{p['oracle_best_avg_accepted']:.3f}", f"{p['wall_s']:.1f}") for p in points]
-    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
-
-    def line(r: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) for c, w in zip(r, widths))
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in cells)])
+    return "\n".join(text_table(header, cells))
