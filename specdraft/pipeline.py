@@ -288,16 +288,16 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
             if not same_build(built, key):
                 # traces appended since the tables were built (same settings, code): add just them
                 start = update_start(wh, built, key, meta)
-                if start is None and engine == "spark":
-                    spark_dir = wh.root / "spark" / name
+                spark_dir = wh.root / "spark" / name
+                if start is None and engine == "spark":  # Spark writes Parquet; the load is transactional
                     spark_tables = build_on_spark(cfg, path, spark_dir, spark_master, memory_limit)
                 with wh.transaction():
-                    if start is None and engine == "spark":
-                        load_into_warehouse(wh, spark_dir, spark_tables)
-                    elif start is None:
-                        build_ngram_tables(wh, cfg, path)
-                    else:
+                    if start is not None:
                         update_ngram_tables(wh, cfg, path, start)
+                    elif engine == "spark":
+                        load_into_warehouse(wh, spark_dir, spark_tables)
+                    else:
+                        build_ngram_tables(wh, cfg, path)
                     wh.mark_built("ngram_tables", key if start is None else updated_key(key, start))
                     wh.mark_built("candidates", None)
             counters = index_counters(wh, cfg)

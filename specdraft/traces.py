@@ -103,15 +103,11 @@ def appended_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: st
     cleanly the file replaces `path` (one rename); on an error or a kill, `path` is unchanged.
 
     An appended row's split_row continues its split's count, its trace_id follows the file's last.
+    The caller (append.append_dataset) has checked that `tokenizer` is the dataset's.
     """
     import polars as pl
 
     meta = read_metadata(path)
-    if meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
-        raise SpecdraftError(
-            f"{path}: tokenized with {meta.get('tokenizer')}; cannot append traces tokenized with "
-            f"{tokenizer.name} (append with --tokenizer {meta.get('tokenizer')})"
-        )
     first = pq.read_metadata(path).num_rows
     counts = pl.read_parquet(path, columns=["split"]).group_by("split").len()
     before = dict(zip(counts["split"].to_list(), counts["len"].to_list(), strict=True))

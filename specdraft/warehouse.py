@@ -9,8 +9,8 @@ Every SQL file is one SELECT statement with a header that names the table it mak
 
 `Warehouse.materialize` wraps the query into `create table` / `insert into`, binds the
 parameters, times it, logs it, and re-raises failures with the file name. The exceptions are the
-MERGE statements of incremental updates (sql/incremental/), which `Warehouse.apply` runs as written. Nothing else in
-specdraft calls `con.execute` with SQL text.
+MERGE statements of incremental updates (sql/incremental/), which `Warehouse.apply` runs as
+written. Nothing else in specdraft calls `con.execute` with SQL text.
 """
 
 from __future__ import annotations
