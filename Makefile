@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install lint bench clean wheel-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf warehouse/*.duckdb* warehouse/traces warehouse/samples warehouse/tmp results
+
+wheel-check:
+	.ci/wheel_check

@@ -232,6 +232,8 @@ def code_fingerprint(stage: str) -> str:
     upgrade rebuilds instead of reusing tables made by older code."""
     import hashlib
 
+    from specdraft.warehouse import SQL_DIR
+
     package = Path(__file__).resolve().parent
     parts: list[str] = []
     for earlier, code in STAGE_CODE.items():
@@ -240,7 +242,7 @@ def code_fingerprint(stage: str) -> str:
             break
     digest = hashlib.sha256()
     for part in parts:
-        path = package.parent / part if part.startswith("sql/") else package / part
+        path = SQL_DIR / part.removeprefix("sql/") if part.startswith("sql/") else package / part
         for file in sorted(path.rglob("*.sql")) if path.is_dir() else [path]:
             digest.update(file.name.encode() + file.read_bytes())
     return digest.hexdigest()[:12]

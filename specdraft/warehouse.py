@@ -21,6 +21,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Self
 
@@ -28,7 +29,17 @@ import duckdb
 
 from specdraft.errors import SpecdraftError
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+def _sql_dir() -> Path:
+    """The SQL files as installed: the package specdraft.sql, which pyproject.toml maps to the
+    top-level sql/ (a checkout or an editable install reads sql/ itself, a wheel its copy)."""
+    root = resources.files("specdraft.sql")
+    if not isinstance(root, Path):  # a zipped install: the files are not on disk
+        raise SpecdraftError(f"{root}: specdraft's SQL files must be installed as files, not zipped")
+    return root
+
+
+SQL_DIR = _sql_dir()
 DB_FILE = "specdraft.duckdb"
 
 
