@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from specdraft.errors import SpecdraftError
+from specdraft.errors import SpecdraftError, first_line
 from specdraft.warehouse import Warehouse
 
 
@@ -32,16 +32,13 @@ def run_query(warehouse: Path, text: str, fmt: str = "table", output: Path | Non
         name = dataset or default_dataset(wh)
         if name:
             wh.use_dataset(name)
-        try:
-            relation = wh.con.sql(text)
-        except duckdb.Error as exc:
-            raise SpecdraftError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        relation = wh.run_text(text)
         if relation is None:  # a statement without a result (with --write)
             return
         try:
             frame = relation.pl()
         except duckdb.Error as exc:
-            raise SpecdraftError(f"query failed: {str(exc).splitlines()[0]}") from exc
+            raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
     if fmt == "parquet":
         frame.write_parquet(output)
         return

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from specdraft import families
 from specdraft.autocomplete import PromptAutocomplete
 from specdraft.backoff_walk import backoff_candidates
 from specdraft.config import RunConfig
@@ -79,6 +80,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     wh.materialize("candidates/recent_copy_candidates", beyond_seed)
     wh.materialize("candidates/ngram_all_candidates", beyond_seed)
     wh.materialize("candidates/online_candidates", {**beyond_seed, "enabled": cfg.online})
+    wh.register("source_families", families.order_table())
     wh.materialize("candidates/candidates", {"draft_len": cfg.draft_len})
     if cfg.preset != "seed":
         wh.materialize("candidates/candidate_features")

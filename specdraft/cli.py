@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -20,12 +21,6 @@ DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
 
 
-def _lengths(value: str) -> tuple[int, ...]:
-    from specdraft.config import parse_lengths
-
-    return parse_lengths(value)
-
-
 def _with_options(options, func):
     """Apply click options in the order listed (decorators apply bottom-up)."""
     for option in reversed(options):
@@ -33,42 +28,23 @@ def _with_options(options, func):
     return func
 
 
+def _setting_option(setting) -> Callable:
+    """A click option made from a RunConfig field: its name, default, type and help."""
+    flag = "--" + setting.name.replace("_", "-")
+    default, help_text = setting.default, setting.metadata["help"]
+    if isinstance(default, bool):
+        return click.option(flag, is_flag=True, default=default, help=help_text)
+    if isinstance(default, tuple):  # comma-separated lengths, parsed (and checked) by RunConfig
+        return click.option(flag, default=",".join(map(str, default)), show_default=True, help=help_text)
+    kind = click.Choice(setting.metadata["choices"]) if setting.metadata["choices"] else type(default)
+    return click.option(flag, type=kind, default=default, show_default=True, help=help_text)
+
+
 def config_options(func):
-    """The seed's flags, with the seed's defaults."""
-    options = [
-        click.option("--draft-len", type=int, default=16, show_default=True, help="Tokens per draft."),
-        click.option("--max-completion-tokens", type=int, default=512, show_default=True,
-                     help="Cut each response to this many tokens when tables are built (0 = no cut)."),
-        click.option("--context-lengths", default="1,2,3,4,6,8,12,16,24,32,48,64", show_default=True,
-                     help="Context lengths of the global n-gram (exact continuation) table."),
-        click.option("--backoff-context-lengths", default="4,6,8,12,16,24,32,48", show_default=True,
-                     help="Context lengths of the backoff next-token table."),
-        click.option("--backoff-min-context-len", type=int, default=4, show_default=True,
-                     help="Shortest context the backoff drafter may back off to."),
-        click.option("--max-index-positions", type=int, default=4_000_000, show_default=True,
-                     help="Train positions indexed in the n-gram table, in train order (0 = all)."),
-        click.option("--backoff-max-index-positions", type=int, default=4_000_000, show_default=True,
-                     help="Train positions indexed in the backoff table, in train order (0 = all)."),
-        click.option("--max-continuations-per-context", type=int, default=8, show_default=True,
-                     help="Continuations kept per context in the n-gram table."),
-        click.option("--policy-prior-strength", type=float, default=200.0, show_default=True,
-                     help="Pseudo-counts shrinking each source's calibration average to the global one."),
-        click.option("--train-limit", type=int, default=0, show_default=True,
-                     help="Use the first N train rows (0 = all)."),
-        click.option("--calibration-limit", type=int, default=0, show_default=True,
-                     help="Use the first N calibration rows (0 = all)."),
-        click.option("--eval-limit", type=int, default=0, show_default=True,
-                     help="Use the first N eval rows (0 = all)."),
-        click.option("--tokenizer", default="Qwen/Qwen2.5-7B-Instruct", show_default=True,
-                     help="Tokenizer: Qwen2/2.5 names work offline; others load with transformers."),
-        click.option("--preset", type=click.Choice(["default", "seed"]), default="default", show_default=True,
-                     help="seed: the seed's four sources and policy, exactly; default: specdraft's best "
-                          "drafter (more sources, a confidence model choosing per draft)."),
-        click.option("--online", is_flag=True,
-                     help="The online scenario: each calibration/eval trace, once scored, joins the store "
-                          "that later traces draft from (reported separately from the offline headline)."),
-    ]
-    return _with_options(options, func)
+    """The seed's flags, with the seed's defaults: one option per RunConfig setting."""
+    from specdraft.config import RunConfig
+
+    return _with_options([_setting_option(setting) for setting in RunConfig.flags()], func)
 
 
 def source_options(func):
@@ -125,18 +101,10 @@ def engine_options(func):
     return _with_options(options, func)
 
 
-CONFIG_KEYS = (
-    "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
-    "backoff_min_context_len", "max_index_positions", "backoff_max_index_positions",
-    "max_continuations_per_context", "policy_prior_strength", "train_limit", "calibration_limit",
-    "eval_limit", "tokenizer", "preset", "online",
-)
-
-
 def _config(kwargs: dict):
     from specdraft.config import RunConfig
 
-    return RunConfig(**{key: kwargs.pop(key) for key in CONFIG_KEYS})
+    return RunConfig(**{setting.name: kwargs.pop(setting.name) for setting in RunConfig.flags()})
 
 
 def _source(kwargs: dict) -> dict:

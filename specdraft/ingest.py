@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from specdraft.errors import SpecdraftError
+from specdraft.errors import SpecdraftError, first_line
 
 SPLITS = ("train", "calibration", "eval")
 DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
@@ -196,7 +196,7 @@ def _read_file(path: Path) -> pl.DataFrame:
     except SpecdraftError:
         raise
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise SpecdraftError(f"{path}: cannot read {kind} file: {_first_line(exc)}") from exc
+        raise SpecdraftError(f"{path}: cannot read {kind} file: {first_line(exc)}") from exc
 
 
 def _read_json(path: Path) -> pl.DataFrame:
@@ -294,8 +294,3 @@ def _is_connection_error(exc: BaseException) -> bool:
     # httpx / requests / huggingface_hub errors do not all subclass OSError.
     module = type(exc).__module__.split(".")[0]
     return module in {"httpx", "httpcore", "requests", "urllib3", "huggingface_hub"}
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__

@@ -25,7 +25,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from specdraft.errors import SpecdraftError
+from specdraft.errors import SpecdraftError, first_line
 from specdraft.warehouse import Warehouse, load_sql, size_bytes
 
 DEFAULT_MASTER = "local[*]"
@@ -141,7 +141,7 @@ def start_spark(master: str | None = None, memory: str = "4g", local_dir: Path |
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # Java missing, or the master unreachable
-        raise SpecdraftError(f"cannot start Spark at {master}: {str(exc).splitlines()[0]}") from exc
+        raise SpecdraftError(f"cannot start Spark at {master}: {first_line(exc)}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -220,18 +220,10 @@ def build_on_spark(cfg, traces_path: Path, out_dir: Path, master: str | None = N
     except Exception as exc:
         if isinstance(exc, SpecdraftError):
             raise
-        raise SpecdraftError(f"Spark build failed: {_first_line(exc)}") from exc
+        raise SpecdraftError(f"Spark build failed: {first_line(exc)}") from exc
     finally:
         spark.catalog.clearCache()
     return tables.kept
-
-
-def _first_line(exc: Exception) -> str:
-    """The JVM's exception for a Py4J error (its Python message is only 'An error occurred while
-    calling ...'), else the message's first line."""
-    java = getattr(exc, "java_exception", None)
-    text = java.toString() if java is not None else str(exc)
-    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 def load_into_warehouse(wh: Warehouse, out_dir: Path, tables: list[str]) -> None:

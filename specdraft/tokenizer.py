@@ -17,9 +17,9 @@ from functools import cache, cached_property, lru_cache
 
 import numpy as np
 
+from specdraft.config import DEFAULT_TOKENIZER
 from specdraft.errors import SpecdraftError
 
-DEFAULT_TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 OFFLINE_QWEN_MODEL = "qwen2.5-72b-instruct"
 # "Qwen/Qwen2.5-7B-Instruct", "Qwen2-7B", "qwen2.5-72b-instruct": all share one vocabulary.
 _QWEN2_NAME = re.compile(r"^qwen2(\.5)?(-|$)")

@@ -20,14 +20,14 @@ import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Self
 
 import duckdb
 
-from specdraft.errors import SpecdraftError
+from specdraft.errors import SpecdraftError, first_line
 
 
 def _sql_dir() -> Path:
@@ -191,7 +191,6 @@ class Warehouse:
     memory_limit: str | None = DEFAULT_MEMORY_LIMIT
     # Each dataset's tables live in a schema named after it; runs and the catalog live in main.
     dataset: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
     con: duckdb.DuckDBPyConnection | None = None
 
     def __post_init__(self) -> None:
@@ -211,7 +210,7 @@ class Warehouse:
             holder = WriterLock.holder(self.root / LOCK_FILE)
             if holder:
                 raise SpecdraftError(f"{self.root}: warehouse is busy ({holder})") from exc
-            raise SpecdraftError(f"{db_path}: warehouse is unreadable ({str(exc).splitlines()[0]})") from exc
+            raise SpecdraftError(f"{db_path}: warehouse is unreadable ({first_line(exc)})") from exc
         if not self.read_only:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
         if self.memory_limit:
@@ -285,12 +284,28 @@ class Warehouse:
             else:
                 result = self.con.execute(statement, bound).fetchall()
         except duckdb.Error as exc:
-            raise SpecdraftError(f"{sql_file.path.relative_to(SQL_DIR)}: {exc}".splitlines()[0]) from exc
-        elapsed = time.perf_counter() - started
-        key = str(sql_file.path.relative_to(SQL_DIR).with_suffix(""))
-        self.timings[key] = self.timings.get(key, 0.0) + elapsed
-        log.debug("%s took %.2fs", key, elapsed)
+            raise self._sql_error(sql_file, statement, exc) from exc
+        log.debug("%s took %.2fs", sql_file.path.name, time.perf_counter() - started)
         return result
+
+    def _sql_error(self, sql_file: SqlFile, statement: str, exc: duckdb.Error) -> SpecdraftError:
+        """One line naming the file; under --debug, the whole statement as run and DuckDB's whole
+        error (with its LINE and caret), as splink reports a failing statement."""
+        where = sql_file.path.relative_to(SQL_DIR)
+        if not self.debug:
+            return SpecdraftError(f"{where}: {first_line(exc)}")
+        return SpecdraftError(
+            f"{where}: error executing the following SQL for table {sql_file.out}:\n{statement.strip()}\n\n"
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def run_text(self, text: str):
+        """An analyst's own SQL as given (`specdraft sql`): the lazy relation, None for a statement
+        without a result. The only SQL text run here that is not a sql/ file."""
+        try:
+            return self.con.sql(text)
+        except duckdb.Error as exc:
+            raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
 
     def materialize(
         self,

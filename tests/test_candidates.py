@@ -8,7 +8,7 @@ import random
 import pytest
 
 from specdraft.autocomplete import SpanIndex, span_prefix_map
-from specdraft.confidence import FAMILIES
+from specdraft.families import NAMES as FAMILIES
 from specdraft.config import RunConfig
 from specdraft.pipeline import run_until
 from specdraft.synthetic import generate_traces

@@ -1,44 +1,37 @@
 -- out: candidates
 -- grain: trace_id, pos, source
 -- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
---        recent_copy_candidates, ngram_all_candidates, online_candidates
+--        recent_copy_candidates, ngram_all_candidates, online_candidates, source_families
 -- params: $draft_len BIGINT
 -- Every source's draft at every query position, with how many of its leading tokens match the
--- trace (accepted). family_order is the seed's candidate order, which breaks policy ties; the
--- sources beyond the seed come after it.
+-- trace (accepted). family_order is the family's place in specdraft/families.py: the seed's
+-- candidate order, which breaks policy ties, then the sources beyond the seed.
 with drafts as (
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 0 as family_order, match_pos
-    from copy_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, match_pos from copy_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 1 as family_order, null as match_pos
-    from prompt_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from prompt_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 2 as family_order, null as match_pos
-    from backoff_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from backoff_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 3 as family_order, null as match_pos
-    from ngram_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from ngram_candidates
     union all
     -- beyond the seed (empty under --preset seed)
-    select trace_id, pos, family, source, ctx_len, count, score, draft,
-        case family when 'recent-copy' then 4 else 5 end as family_order, match_pos
-    from recent_copy_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, match_pos from recent_copy_candidates
     union all
-    select trace_id, pos, family, source, ctx_len, count, score, draft,
-        case family when 'ngram-all' then 6 else 7 end as family_order, null as match_pos
-    from ngram_all_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from ngram_all_candidates
     union all
     -- the online scenario only (--online)
-    select trace_id, pos, family, source, ctx_len, count, score, draft, 8 as family_order, null as match_pos
-    from online_candidates
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from online_candidates
 ),
 aligned as (
     select
         d.*,
+        f.family_order,
         q.split,
         q.completion_pos,
         t.tokens[d.pos + 1:d.pos + $draft_len] as actual
     from drafts as d
+    join source_families as f using (family)
     join query_positions as q using (trace_id, pos)
     join selected_traces as t using (trace_id)
 )
