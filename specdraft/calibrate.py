@@ -10,15 +10,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+import pyarrow as pa
 
+from specdraft import families
 from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
+from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
 
 
 @dataclass(frozen=True)
 class SourceAveragePolicy:
+    """The seed's policy (a policy.Policy): --preset seed."""
+
+    families: ClassVar[tuple[str, ...]] = families.SEED
+    reads_features: ClassVar[bool] = False
+
     global_avg: float
     source_avg: dict[str, float]
     calibration: dict[str, tuple[int, int]]  # source -> (positions, accepted_sum)
@@ -47,6 +58,25 @@ class SourceAveragePolicy:
     def score_one(self, source: str, raw_score: float) -> float:
         return self.source_avg.get(source, self.global_avg) * 1000.0 + raw_score * 0.0001
 
+    @classmethod
+    def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> SourceAveragePolicy:
+        rows = wh.query("candidates/source_acceptance").fetchall()
+        sums = {source: (int(n), int(accepted)) for source, n, accepted in rows}
+        return cls.from_sums(sums, cfg.policy_prior_strength)
+
+    def score(self, drafts: pa.Table) -> np.ndarray:
+        from specdraft.evaluate import candidate_policy_scores
+
+        return candidate_policy_scores(drafts, self)[0]
+
+    def evaluate(self, wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path):
+        from specdraft.evaluate import evaluate
+
+        return evaluate(wh, cfg, tokenizer, traces_path, self)
+
+    def leave_one_out(self, wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
+        raise SpecdraftError("--leave-one-out needs --preset default (the seed's policy has no refit)")
+
     def to_dict(self) -> dict:
         return {
             "global_avg": self.global_avg,
@@ -54,8 +84,3 @@ class SourceAveragePolicy:
             "calibration": {s: {"positions": n, "accepted_sum": a} for s, (n, a) in sorted(self.calibration.items())},
         }
 
-
-def calibrate(wh: Warehouse, cfg: RunConfig) -> SourceAveragePolicy:
-    rows = wh.query("candidates/source_acceptance").fetchall()
-    sums = {source: (int(n), int(accepted)) for source, n, accepted in rows}
-    return SourceAveragePolicy.from_sums(sums, cfg.policy_prior_strength)

@@ -20,6 +20,7 @@ from specdraft import families
 from specdraft.autocomplete import PromptAutocomplete
 from specdraft.backoff_walk import backoff_candidates
 from specdraft.config import RunConfig
+from specdraft.policy import policy_for
 from specdraft.progress import progress
 from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
@@ -76,11 +77,12 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     )
     wh.store("backoff_candidates", backoff_candidates(wh, cfg))
     build_prompt_candidates(wh, cfg, tokenizer, traces_path)
-    beyond_seed = {"enabled": cfg.preset != "seed", "draft_len": cfg.draft_len}
-    wh.materialize("candidates/recent_copy_candidates", beyond_seed)
-    wh.materialize("candidates/ngram_all_candidates", beyond_seed)
-    wh.materialize("candidates/online_candidates", {**beyond_seed, "enabled": cfg.online})
+    policy = policy_for(cfg.preset)
+    for table, family in (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all")):
+        wh.materialize(f"candidates/{table}", {"enabled": family in policy.families, "draft_len": cfg.draft_len})
+    wh.materialize("candidates/online_candidates",
+                   {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
     wh.register("source_families", families.order_table())
     wh.materialize("candidates/candidates", {"draft_len": cfg.draft_len})
-    if cfg.preset != "seed":
+    if policy.reads_features:
         wh.materialize("candidates/candidate_features")

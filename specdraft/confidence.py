@@ -11,11 +11,15 @@ with the highest estimate is chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 
 from specdraft import families
+from specdraft.config import RunConfig
+from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
 
 NUMERIC_FEATURES = (
@@ -56,7 +60,11 @@ def feature_matrix(features: pa.Table) -> np.ndarray:
 
 @dataclass
 class ConfidencePolicy:
-    """Predicts accepted tokens per draft; fitted on calibration drafts."""
+    """Predicts accepted tokens per draft; fitted on calibration drafts (a policy.Policy:
+    --preset default)."""
+
+    families: ClassVar[tuple[str, ...]] = families.NAMES
+    reads_features: ClassVar[bool] = True
 
     model: object
     calibration_drafts: int
@@ -89,10 +97,37 @@ class ConfidencePolicy:
         positions = len(set(zip(keep.column("trace_id").to_pylist(), keep.column("pos").to_pylist())))
         return cls(model, keep.num_rows, positions, tuple(exclude_families))
 
+    @classmethod
+    def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
+        return cls.fit(calibration_features(wh))
+
     def predict(self, features: pa.Table) -> np.ndarray:
         if features.num_rows == 0 or self.model is None:
             return np.zeros(features.num_rows)
         return self.model.predict(feature_matrix(features))
+
+    def score(self, drafts: pa.Table) -> np.ndarray:
+        return self.predict(drafts)
+
+    def evaluate(self, wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path):
+        from specdraft.evaluate import evaluate_confidence
+
+        return evaluate_confidence(wh, cfg, self, exclude_families=self.excluded)
+
+    def leave_one_out(self, wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
+        """Refit and re-evaluate without each selectable source that proposed drafts in eval."""
+        from specdraft.report import summarize
+
+        full = results["selected"]["avg_accepted"]
+        features = calibration_features(wh)
+        table = {}
+        for family in SELECTABLE:
+            if family not in results["per_source"]:
+                continue
+            without = ConfidencePolicy.fit(features, exclude_families=(family,))
+            avg = summarize(without.evaluate(wh, cfg, None, None).selected, cfg.draft_len)["avg_accepted"]
+            table[family] = {"selected_without": avg, "marginal": full - avg}
+        return table
 
     def to_dict(self) -> dict:
         return {
@@ -117,10 +152,3 @@ def selectable(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa
 def calibration_features(wh: Warehouse) -> pa.Table:
     return wh.query("candidates/calibration_features").to_arrow_table()
 
-
-def eval_features(wh: Warehouse) -> pa.Table:
-    return wh.query("evaluate/eval_features").to_arrow_table()
-
-
-def fit_confidence(wh: Warehouse) -> ConfidencePolicy:
-    return ConfidencePolicy.fit(calibration_features(wh))

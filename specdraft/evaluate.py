@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,11 +23,13 @@ import pyarrow as pa
 from specdraft import families
 from specdraft.autocomplete import PromptAutocomplete
 from specdraft.backoff_walk import backoff_score
-from specdraft.calibrate import SourceAveragePolicy
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from specdraft.calibrate import SourceAveragePolicy
 
 PROMPT_ORDER = families.ORDER["prompt-autocomplete"]
 # Scores this close may round to a tie; there the exact backoff score is recomputed.
@@ -243,15 +246,13 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     Every source here is a function of the known prefix (prompt autocomplete decodes token by
     token in every walk), so the decode-step walk reads the every-position choices.
     """
-    from specdraft.confidence import eval_features
-
     lengths = _fetch(wh.query("evaluate/eval_lengths"))
     n_resp = lengths.column("n_response").to_numpy().astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(n_resp)])
     eval_trace_ids = lengths.column("trace_id").to_numpy()  # sorted
     n_positions = int(offsets[-1])
 
-    everything = eval_features(wh)
+    everything = wh.query("evaluate/eval_features").to_arrow_table()
     all_predicted = policy.predict(everything)
     all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]

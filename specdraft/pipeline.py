@@ -260,12 +260,10 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
     Returns that stage's output: counters (ngram_tables), candidate counts (candidates), the
     policy (calibrate) or the results dict (evaluate).
     """
-    from specdraft.calibrate import calibrate
     from specdraft.candidates import build_candidates
-    from specdraft.confidence import fit_confidence
-    from specdraft.evaluate import evaluate, evaluate_confidence
     from specdraft.incremental import same_build, update_ngram_tables, update_start, updated_key
     from specdraft.ngrams import build_ngram_tables, index_counters
+    from specdraft.policy import policy_for
     from specdraft.report import build_results, record_run
     from specdraft.tokenizer import load_tokenizer
 
@@ -314,14 +312,11 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         if last == "candidates":
             return {"candidates": wh.row_count("candidates"), "query_positions": wh.row_count("query_positions")}
         with timer.stage("calibrate"):
-            policy = calibrate(wh, cfg) if cfg.preset == "seed" else fit_confidence(wh)
+            policy = policy_for(cfg.preset).calibrate(wh, cfg)
         if last == "calibrate":
             return policy
         with timer.stage("evaluate"):
-            if cfg.preset == "seed":
-                evaluation = evaluate(wh, cfg, tokenizer, path, policy)
-            else:
-                evaluation = evaluate_confidence(wh, cfg, policy)
+            evaluation = policy.evaluate(wh, cfg, tokenizer, path)
         timer.seconds["total"] = round(time.perf_counter() - started, 3)
         timer.peak_rss_bytes["total"] = timer.process_peak_rss_bytes
         results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
@@ -333,7 +328,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         results["dropped_empty_completions"] = {split: int(n) for split, n in dropped}
         if leave_one_out:
             with timer.stage("leave_one_out"):
-                results["leave_one_out"] = leave_one_out_table(wh, cfg, results)
+                results["leave_one_out"] = policy.leave_one_out(wh, cfg, results)
         with wh.transaction():
             record_run(wh, results, run_id, evaluation.positions)
         return results
@@ -345,25 +340,3 @@ def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, nam
     """Run every stage; return the results dict (see report.build_results)."""
     return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug,
                      leave_one_out=leave_one_out, engine=engine, spark_master=spark_master)
-
-
-def leave_one_out_table(wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
-    """Each selectable source's marginal contribution: refit and re-evaluate the confidence policy
-    without it (--preset default only)."""
-    from specdraft.confidence import SELECTABLE, ConfidencePolicy, calibration_features
-    from specdraft.evaluate import evaluate_confidence
-    from specdraft.report import summarize
-
-    if cfg.preset == "seed":
-        raise SpecdraftError("--leave-one-out needs --preset default (the seed's policy has no refit)")
-    full = results["selected"]["avg_accepted"]
-    features = calibration_features(wh)
-    table = {}
-    for family in SELECTABLE:
-        if family not in results["per_source"]:
-            continue
-        policy = ConfidencePolicy.fit(features, exclude_families=(family,))
-        without = evaluate_confidence(wh, cfg, policy, exclude_families=(family,))
-        avg = summarize(without.selected, cfg.draft_len)["avg_accepted"]
-        table[family] = {"selected_without": avg, "marginal": full - avg}
-    return table

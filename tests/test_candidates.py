@@ -8,8 +8,8 @@ import random
 import pytest
 
 from specdraft.autocomplete import SpanIndex, span_prefix_map
-from specdraft.families import NAMES as FAMILIES
 from specdraft.config import RunConfig
+from specdraft.families import NAMES as FAMILIES
 from specdraft.pipeline import run_until
 from specdraft.synthetic import generate_traces
 
