@@ -28,6 +28,7 @@ from specdraft.pipeline import run_all
 from specdraft.warehouse import Warehouse
 
 from .conftest import FIXTURES
+from .test_parity import build_state, max_rank, rebuilt
 
 STAGE_4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",
            "backoff_next_tokens", "backoff_top_tokens")
@@ -166,14 +167,17 @@ def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_
     results = json.loads((tmp_path / "b" / "results.json").read_text())
     total = pl.read_parquet(FIXTURES / "parity_traces.parquet").height
     assert sum(results[f"{split}_examples"] for split in ("train", "calibration", "eval")) == total
-    # then without --data: nothing to rebuild
+    # then without --data: nothing to rebuild, no build_state row added
+    state = build_state(root, "ds")
     assert cli("run", "--name", "ds", "--out", tmp_path / "c", *flags).exit_code == 0
-    assert latest_build_key(root) == key
+    assert build_state(root, "ds") == state
     again = json.loads((tmp_path / "c" / "results.json").read_text())
     assert_same_results(again, results)
     # a changed setting rebuilds in full
+    assert max_rank(root, "ds") == cfg.max_continuations_per_context
     run_all(RunConfig(**{**cfg.to_dict(), "max_continuations_per_context": 2}), root, None, "unused", name="ds")
-    assert "|updated_from=" not in latest_build_key(root)
+    assert rebuilt(state, build_state(root, "ds")) == {"ngram_tables", "candidates"}
+    assert "|updated_from=" not in latest_build_key(root) and max_rank(root, "ds") == 2
     with Warehouse(root, read_only=True) as wh:
         versions = wh.con.execute(
             "select traces, source from main.dataset_versions where name = 'ds' order by ingested_at").fetchall()
