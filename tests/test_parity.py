@@ -200,7 +200,8 @@ ROLLOUTS = SHARED_DATA / "qwen25-math-rollouts.parquet"
 @pytest.mark.skipif(not os.environ.get("SPECDRAFT_SHARED_PARITY"),
                     reason="set SPECDRAFT_SHARED_PARITY=1 where ../shared/data exists (.ci/run does)")
 def test_smoke_parity_on_development_set(tmp_path):
-    """The seed's smoke flags on the real development set, the reference run live (about 15 s)."""
+    """The seed's smoke flags on the real development set, the reference run live (16-34 s on 2
+    cores: cheap enough to run live rather than store its output)."""
     assert ROLLOUTS.exists() and REFERENCE.exists(), f"SPECDRAFT_SHARED_PARITY is set: {ROLLOUTS} and {REFERENCE} needed"
     reference = json.loads(subprocess.run(
         [sys.executable, str(REFERENCE), str(ROLLOUTS), *SMOKE], check=True, capture_output=True, text=True
