@@ -28,6 +28,7 @@ from specdraft.pipeline import run_all
 from specdraft.warehouse import Warehouse
 
 from .conftest import FIXTURES
+from .test_parity import build_state, max_rank, rebuilt
 
 STAGE_4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",
            "backoff_next_tokens", "backoff_top_tokens")
@@ -166,14 +167,17 @@ def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_
     results = json.loads((tmp_path / "b" / "results.json").read_text())
     total = pl.read_parquet(FIXTURES / "parity_traces.parquet").height
     assert sum(results[f"{split}_examples"] for split in ("train", "calibration", "eval")) == total
-    # then without --data: nothing to rebuild
+    # then without --data: nothing to rebuild, no build_state row added
+    state = build_state(root, "ds")
     assert cli("run", "--name", "ds", "--out", tmp_path / "c", *flags).exit_code == 0
-    assert latest_build_key(root) == key
+    assert build_state(root, "ds") == state
     again = json.loads((tmp_path / "c" / "results.json").read_text())
     assert_same_results(again, results)
     # a changed setting rebuilds in full
+    assert max_rank(root, "ds") == cfg.max_continuations_per_context
     run_all(RunConfig(**{**cfg.to_dict(), "max_continuations_per_context": 2}), root, None, "unused", name="ds")
-    assert "|updated_from=" not in latest_build_key(root)
+    assert rebuilt(state, build_state(root, "ds")) == {"ngram_tables", "candidates"}
+    assert "|updated_from=" not in latest_build_key(root) and max_rank(root, "ds") == 2
     with Warehouse(root, read_only=True) as wh:
         versions = wh.con.execute(
             "select traces, source from main.dataset_versions where name = 'ds' order by ingested_at").fetchall()
@@ -272,3 +276,58 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
     assert not [p for p in (root / "traces").iterdir() if p.name != "ds.parquet"]  # no partial file left
     with duckdb.connect(str(root / "specdraft.duckdb"), read_only=True) as con:
         assert con.execute("select count(*) from ds.selected_traces").fetchall()[0][0] == rows
+
+
+def test_a_changed_original_input_replaces_the_dataset_and_its_appends(tmp_path):
+    """`run --data ORIGINAL` after ORIGINAL changed: the dataset is ingested afresh from it, its
+    appends are gone, the catalog records the new version, and the tables equal a fresh run's."""
+    cfg = RunConfig(preset="seed", **SMALL)
+    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    root = tmp_path / "wh"
+    flags = ["--preset", "seed", "--max-completion-tokens", "160", "--warehouse", root]
+    assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "a", *flags).exit_code == 0
+    assert cli("ingest", "--append", "--data", extra, "--name", "ds", *flags).exit_code == 0
+    original = pl.read_parquet(base)
+    changed = original.slice(1)  # the first train row removed
+    changed.write_parquet(base)
+    rerun = cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "b", *flags)
+    assert rerun.exit_code == 0, rerun.stderr
+    traces = pq.read_table(root / "traces" / "ds.parquet")
+    assert traces.num_rows == changed.height and "appends" not in json.loads(
+        traces.schema.metadata[b"specdraft"])
+    with Warehouse(root, read_only=True) as wh:
+        versions = wh.con.execute("select traces, source from main.dataset_versions where name = 'ds' "
+                                  "order by ingested_at").fetchall()
+        catalog = wh.con.execute("select traces from main.datasets where name = 'ds'").fetchall()
+    appended = original.height + pq.read_metadata(extra).num_rows
+    assert [v[0] for v in versions] == [original.height, appended, changed.height]
+    assert catalog == [(changed.height,)]
+    assert json.loads(versions[-1][1])["files"][0][1] == base.stat().st_size  # the changed file's signature
+    fresh = run_all(cfg, tmp_path / "fresh", str(base), "unused", name="ds")
+    assert tables(root, map_ids=False) == tables(tmp_path / "fresh", map_ids=False)
+    assert_same_results(json.loads((tmp_path / "b" / "results.json").read_text()), fresh)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_appends_from_jsonl_and_csv_with_column_flags_equal_parquet_appends(tmp_path, suffix):
+    """The same appended rows, as Parquet with the seed's column names or as JSONL/CSV with other
+    names mapped by the column flags, give the same traces file."""
+    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    rows = pl.read_parquet(extra)
+    assert rows["problem_source"].is_not_null().any()  # so a lost --problem-source-column shows
+    renamed = rows.rename({"problem": "q", "problem_source": "src", "raw_reasoning": "cot", "split": "part"})
+    other = tmp_path / f"more{suffix}"
+    if suffix == ".jsonl":
+        renamed.write_ndjson(other)
+    else:
+        renamed.write_csv(other)
+    column_flags = ["--problem-column", "q", "--problem-source-column", "src", "--reasoning-column", "cot",
+                    "--split-column", "part"]
+    for label, data, flags in (("parquet", extra, []), ("other", other, column_flags)):
+        assert cli("ingest", "--data", base, "--name", "ds", "--warehouse", tmp_path / label).exit_code == 0
+        appended = cli("ingest", "--append", "--data", data, "--name", "ds", "--warehouse", tmp_path / label,
+                       *flags)
+        assert appended.exit_code == 0, appended.stderr
+    traces = {label: pq.read_table(tmp_path / label / "traces" / "ds.parquet") for label in ("parquet", "other")}
+    assert traces["other"].num_rows == pq.read_metadata(base).num_rows + rows.height
+    assert traces["other"].replace_schema_metadata().equals(traces["parquet"].replace_schema_metadata())

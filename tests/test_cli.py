@@ -116,3 +116,30 @@ def test_unreadable_input_is_one_line_naming_the_file(tmp_path, suffix, payload)
     result = run(["run", "--data", str(path), "--warehouse", str(tmp_path / "wh")])
     assert result.exit_code == 1
     assert f"broken{suffix}" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_sql_is_read_only_unless_write(tmp_path):
+    data = write_text_traces(tmp_path / "mini.parquet", [(split, "What is 2 plus 2?", "<think>4</think> 4")
+                                                         for split in ("train", "calibration", "eval")])
+    wh = str(tmp_path / "wh")
+    assert run(["ingest", "--data", str(data), "--warehouse", wh]).exit_code == 0
+
+    def sql(statement, *flags):
+        return run(["sql", statement, "--warehouse", wh, "--format", "csv", *flags])
+
+    def notes():
+        return sql("select n from notes order by n").stdout  # unqualified: the dataset's schema
+
+    def assert_refused(result):
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert "read-only" in result.stderr and result.stdout == ""
+
+    assert_refused(sql("create table notes as select 1 as n"))
+    assert sql("select count(*) as n from duckdb_tables() where table_name = 'notes'").stdout == "n\n0\n"
+    assert sql("create table notes as select 1 as n", "--write").exit_code == 0
+    assert notes() == "n\n1\n"  # committed: a later command reads it
+    assert_refused(sql("insert into notes values (2)"))
+    assert notes() == "n\n1\n"
+    assert sql("insert into notes values (2)", "--write").exit_code == 0
+    assert notes() == "n\n1\n2\n"
+    assert sql("select n from mini.notes order by n").stdout == notes()

@@ -364,3 +364,30 @@ def test_bad_per_split_file_names(tmp_path):
 def test_empty_directory(tmp_path):
     message = error_of(str(tmp_path))
     assert str(tmp_path) in message and "no .parquet" in message
+
+
+# --- input id columns are not read ------------------------------------------------------------
+
+
+def test_duplicate_input_ids_cannot_collide(tmp_path):
+    """Traces are identified by split and row order; an input's own id columns are not read, so
+    rows sharing an id all become traces, and the run equals the one on the same rows without ids."""
+    from specdraft.config import RunConfig
+    from specdraft.pipeline import run_all
+
+    from .conftest import FIXTURES
+
+    plain = pl.read_parquet(FIXTURES / "parity_traces.parquet")
+    with_ids = plain.with_columns(pl.lit("same").alias("id"), (pl.int_range(pl.len()) % 7).alias("problem_id"))
+    assert with_ids["problem_id"].n_unique() < with_ids.height  # duplicates, within and across splits
+    cfg = RunConfig(preset="seed", max_completion_tokens=160)
+    results, traces = {}, {}
+    for label, frame in (("plain", plain), ("ids", with_ids)):
+        frame.write_parquet(tmp_path / f"{label}.parquet")
+        results[label] = run_all(cfg, tmp_path / label, str(tmp_path / f"{label}.parquet"), "unused", name="ds")
+        traces[label] = pl.read_parquet(tmp_path / label / "traces" / "ds.parquet")
+    assert traces["ids"]["trace_id"].n_unique() == traces["ids"].height == with_ids.height
+    assert traces["ids"].equals(traces["plain"])
+    for key in ("selected", "oracle_best", "decode_step", "per_source", "train_examples", "calibration_examples",
+                "eval_examples"):
+        assert results["ids"][key] == results["plain"][key], key

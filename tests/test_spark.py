@@ -58,7 +58,8 @@ def engines(tmp_path_factory, fixtures_dir):
     con = duckdb.connect()
     con.execute(f"attach '{root / 'spark_wh' / 'specdraft.duckdb'}' as s (read_only)")
     con.execute(f"attach '{root / 'duck_wh' / 'specdraft.duckdb'}' as d (read_only)")
-    yield {"spark": spark, "duck": duck, "con": con, "parquet": root / "spark_wh" / "spark" / "fx"}
+    yield {"spark": spark, "duck": duck, "con": con, "parquet": root / "spark_wh" / "spark" / "fx",
+           "warehouses": {"spark": root / "spark_wh", "duck": root / "duck_wh"}}
     con.close()
 
 
@@ -118,3 +119,23 @@ def test_hash_powers_double_past_long_traces(engines):
     assert {r.pos: (r.b1, r.b2) for r in rows} == {
         pos: (pow(B1, pos, P1), pow(B2, pos, P2)) for pos in (0, 1, 12345, 19999)}
     assert spark.sql("select count(*) as n from hash_powers").collect()[0].n >= 20000
+
+
+def test_tables_are_reused_whichever_engine_built_them(engines, fixtures_dir, tmp_path):
+    """A copy of each engine's warehouse, run again with the other engine: the build key does not
+    name the engine, so no stage is rebuilt (build_state unchanged) and the tables stay as built."""
+    import shutil
+
+    from .test_parity import build_state, table_checksums
+
+    cfg = RunConfig(preset="seed", **PARITY)
+    for built_by, rerun_with in (("spark", "duckdb"), ("duck", "spark")):
+        root = tmp_path / built_by
+        shutil.copytree(engines["warehouses"][built_by], root)
+        state, tables = build_state(root, "fx"), table_checksums(root, "fx")
+        assert state and tables
+        again = run_all(cfg, root, str(fixtures_dir / "parity_traces.parquet"), "unused", name="fx",
+                        engine=rerun_with, spark_master="local[2]")
+        assert build_state(root, "fx") == state, f"built by {built_by}, rerun with {rerun_with}"
+        assert table_checksums(root, "fx") == tables
+        assert again["selected"] == engines[built_by]["selected"]
