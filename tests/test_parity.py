@@ -168,13 +168,14 @@ def test_a_changed_code_file_rebuilds_its_stage_and_the_later_ones(tmp_path, mon
     """pipeline.code_fingerprint hashes the sql/ and specdraft/ files next to pipeline.py. Pointed
     at a copy of the tree, an edit of one file (a comment) rebuilds the stage whose code it is
     (STAGE_CODE) and the stages after it, but no earlier stage; a file of a later stage, none."""
-    from specdraft import pipeline
+    from specdraft import pipeline, warehouse
 
     package = Path(pipeline.__file__).resolve().parent
     tree = tmp_path / "tree"
     shutil.copytree(package, tree / "specdraft", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(package.parent / "sql", tree / "sql")
     monkeypatch.setattr(pipeline, "__file__", str(tree / "specdraft" / "pipeline.py"))
+    monkeypatch.setattr(warehouse, "SQL_DIR", tree / "sql")  # the SQL is read (and hashed) there
     root = tmp_path / "wh"
     run_all(SEED, root, str(FIXTURE), "unused")
     for edited, stages in (("sql/candidates/candidates.sql", {"candidates"}),
