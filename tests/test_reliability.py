@@ -143,7 +143,9 @@ DEMO_TRACES = 40
 # the demo writes its sample, then passes a fresh run's points (killed in the `run` scenario)
 DEMO_POINTS = (f"write:synthetic_{DEMO_TRACES}_0.parquet:before_rename",
                f"write:synthetic_{DEMO_TRACES}_0.parquet:after_rename")
-OTHER = ["--max-continuations-per-context", "2"]  # the killed run's setting: other tables than before's
+# The killed run's settings: other tables and other results than before's, so that a step half
+# done would show (test_every_step_changes_what_it_writes).
+OTHER = ["--max-continuations-per-context", "2", "--draft-len", "12"]
 # What differs between two clean runs of one command: left out of the "stable" digests.
 VOLATILE_RESULTS = ("run_id", "timings_s", "peak_rss_bytes_by_stage")
 VOLATILE_COLUMNS = ("run_id",)  # and every timestamp column
@@ -156,9 +158,10 @@ HISTORY = ("runs", "eval_positions")
 # file's, so a re-ingest with as many traces is never recorded, and an append is recorded as an
 # ingest of the original input. Known: each such case is an expected failure until it is fixed.
 CATALOG = "main.dataset_versions"
-CATALOG_LAGS = {(scenario, point) for scenario in ("run", "append") for point in (
-    "write:parity_traces.parquet:after_rename", "transaction:register_dataset:before_commit",
-    "transaction:append:before_commit")}
+CATALOG_LAGS = {
+    ("run", "write:parity_traces.parquet:after_rename"), ("run", "transaction:register_dataset:before_commit"),
+    ("append", "write:parity_traces.parquet:after_rename"), ("append", "transaction:append:before_commit"),
+}
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,8 @@ def stage_of(point: str) -> str:
     kind, name, _ = point.split(":")
     if kind == "transaction":
         return {"register_dataset": "ingest", "append": "ingest --append"}.get(name, name)
+    if name.startswith("synthetic_"):
+        return "demo sample"
     return "ingest" if name.endswith(".parquet") else "report"
 
 
@@ -345,11 +350,11 @@ class KillSuite:
         self.zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
 
-    def kill_at(self, scenario: Scenario, point: str) -> tuple[int, str]:
-        """The scenario's command in its own process, with the failpoint `point=kill`: its exit
+    def run_with(self, scenario: Scenario, failpoint: str) -> tuple[int, str]:
+        """The scenario's command in its own process, with SPECDRAFT_FAILPOINT=failpoint: its exit
         code and stderr."""
         stderr = self.base / "stderr"
-        request = [self.args(scenario.command), {"SPECDRAFT_FAILPOINT": f"{point}=kill"}, str(stderr)]
+        request = [self.args(scenario.command), {"SPECDRAFT_FAILPOINT": failpoint}, str(stderr)]
         self.zygote.stdin.write(json.dumps(request) + "\n")
         self.zygote.stdin.flush()
         return int(self.zygote.stdout.readline()), stderr.read_text()
@@ -466,35 +471,56 @@ def test_every_transaction_in_the_code_is_killed_by_the_suite():
     assert names == killed
 
 
-def _expected_done(scenario: Scenario, point: str) -> tuple[str | None, set[str]]:
-    """At a kill at `point`: the last transaction committed (None: none) and the files renamed."""
+@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS)
+def test_every_step_changes_what_it_writes(suite, scenario):
+    """A kill can only show a step half done if the step changes something: each file renamed
+    differs from before, and each transaction's commit changes the tables."""
+    tables, files = suite.before[scenario.name].stable()
+    clean = suite.clean[scenario.name]
+    complete_files = clean["complete"].stable()[1]
+    for point in scenario.points:
+        _, name, when = point.split(":")
+        if when == "after_rename":
+            [path] = [path for path in complete_files if Path(path).name == name]
+            assert files.get(path) != complete_files[path], point
+        elif when == "after_commit":
+            committed = (clean.get(name) or clean["complete"]).stable()[0]
+            assert committed != tables, point
+            tables = committed
+
+
+def assert_state_at(suite: KillSuite, scenario: Scenario, point: str, after: State) -> list[str]:
+    """The state of a command stopped at `point`: the tables exactly as before if no transaction
+    had committed, else as the clean run of the last one's stage left them; each file renamed by
+    then as the clean run's, every other file exactly as before. Returns the files compared."""
+    before, clean = suite.before[scenario.name], suite.clean[scenario.name]
     passed = scenario.points[: scenario.points.index(point) + 1]
     committed = [p.split(":")[1] for p in passed if p.startswith("transaction:") and p.endswith(":after_commit")]
     renamed = {p.split(":")[1] for p in passed if p.startswith("write:") and p.endswith(":after_rename")}
-    return (committed[-1] if committed else None), renamed
-
-
-@pytest.mark.parametrize("scenario, point", CASES, ids=[f"{s.name}-{p}" for s, p in CASES])
-def test_kill_9_at_every_point_loses_nothing(suite, scenario, point):
-    suite.restore(scenario.name)
-    before, clean = suite.before[scenario.name], suite.clean[scenario.name]
-    code, stderr = suite.kill_at(scenario, point)
-    row = [scenario.name, stage_of(point), point, "yes" if code == -signal.SIGKILL else f"no (exit {code})"]
-    suite.report.append(row)
-    assert code == -signal.SIGKILL, stderr  # a point never reached lets the command finish
-
-    committed, renamed = _expected_done(scenario, point)
-    after = State.of(suite.base)
-    if committed is None:  # no transaction committed: every table exactly as before
+    if not committed:
         assert after.tables == before.tables
-    else:  # as the clean run of the last committed transaction's stage left them
-        assert after.stable()[0] == (clean.get(committed) or clean["complete"]).stable()[0]
+    else:
+        assert after.stable()[0] == (clean.get(committed[-1]) or clean["complete"]).stable()[0]
     names = sorted(set(before.files) | set(clean["complete"].files))
     for name in names:
         if Path(name).name in renamed:
             assert after.stable()[1].get(name) == clean["complete"].stable()[1].get(name), name
         else:
             assert after.files.get(name) == before.files.get(name), name
+    return names
+
+
+@pytest.mark.parametrize("scenario, point", CASES, ids=[f"{s.name}-{p}" for s, p in CASES])
+def test_kill_9_at_every_point_loses_nothing(suite, scenario, point):
+    suite.restore(scenario.name)
+    clean = suite.clean[scenario.name]
+    code, stderr = suite.run_with(scenario, f"{point}=kill")
+    row = [scenario.name, stage_of(point), point, "yes" if code == -signal.SIGKILL else f"no (exit {code})"]
+    suite.report.append(row)
+    assert code == -signal.SIGKILL, stderr  # a point never reached lets the command finish
+
+    after = State.of(suite.base)
+    names = assert_state_at(suite, scenario, point, after)
     row.append(f"{len(after.tables)} tables, {len(names)} files")
 
     suite.resume(scenario)
@@ -513,17 +539,16 @@ def test_kill_9_at_every_point_loses_nothing(suite, scenario, point):
     pytest.xfail("the catalog lags after a kill between a traces file's rename and its commit")
 
 
-def test_ctrl_c_mid_stage_rolls_back(tmp_path):
-    """SIGINT (as Ctrl-C sends) inside the n-gram stage's transaction: exit code 130, one line,
-    and every table and file as before."""
-    base = tmp_path
-    args = ["--data", DATA, "--warehouse", base / "wh", "--out", base / "out", *KILL_FLAGS]
-    assert cli("run", *args).exit_code == 0
-    before = State.of(base)
-    process = specdraft("run", *args, *OTHER, failpoint="transaction:ngram_tables:before_commit=interrupt")
-    assert process.returncode == 130
-    assert process.stderr == "specdraft: interrupted\n"
-    assert State.of(base) == before
+def test_ctrl_c_mid_stage_rolls_back(suite):
+    """SIGINT (what Ctrl-C sends) inside the n-gram stage's transaction: exit code 130, one line,
+    and the warehouse as before the stage (as a kill there leaves it), and the rerun completes."""
+    scenario, point = SCENARIOS["run"], "transaction:ngram_tables:before_commit"
+    suite.restore(scenario.name)
+    code, stderr = suite.run_with(scenario, f"{point}=interrupt")
+    assert (code, stderr) == (130, "specdraft: interrupted\n")
+    assert_state_at(suite, scenario, point, State.of(suite.base))
+    suite.resume(scenario)
+    assert State.of(suite.base).stable() == suite.clean[scenario.name]["resumed"].stable()
 
 
 def test_memory_limit_is_duckdbs_share_and_spills_to_the_warehouse(tmp_path):
