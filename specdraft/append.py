@@ -46,7 +46,7 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
     if source in [meta.get("source"), *(a["source"] for a in meta.get("appends", []))]:
         raise SpecdraftError(f"{data}: already in dataset {name!r} (ingested or appended, unchanged since)")
     rows = read_traces(data, dataset, columns or ColumnMap(), every_split=False)
-    with wh.transaction(), appended_traces(rows, tokenizer, path, source) as meta:
+    with wh.transaction("append"), appended_traces(rows, tokenizer, path, source) as meta:
         latest = meta["appends"][-1]
         record = {"append": latest["version"], "first_trace_id": latest["first_trace_id"],
                   "splits": latest["splits"], "source": source}

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from specdraft.files import write_text
+
 # (results key, legend label, colour): Okabe-Ito, distinguishable under the common colour-vision deficiencies.
 SERIES = (
     ("selected", "selected", "#0072B2"),
@@ -119,10 +121,7 @@ def histogram_svg(results: dict, title: str | None = None) -> str:
 
 
 def write_histogram_svg(results: dict, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(histogram_svg(results), encoding="utf-8")
-    return path
+    return write_text(path, histogram_svg(results))
 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left_first: bool = False) -> list[str]:
@@ -243,10 +242,7 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
 
 
 def write_line_chart_svg(series, path, title: str, x_label: str, y_label: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(line_chart_svg(series, title, x_label, y_label), encoding="utf-8")
-    return path
+    return write_text(path, line_chart_svg(series, title, x_label, y_label))
 
 
 def write_cost_curve_svg(curve: dict, path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specdraft.charts import histogram_svg
 from specdraft.errors import SpecdraftError
+from specdraft.files import write_text
 from specdraft.warehouse import Warehouse
 
 BAR_COLOUR = "#0072B2"
@@ -105,6 +106,4 @@ def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20)
     with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         positions = wh.query("analysis/run_positions", {"run_id": run_id}).fetchall()
         contexts = wh.query("analysis/run_top_contexts", {"run_id": run_id, "top": top}).fetchall()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_html(results, positions, contexts))
-    return path
+    return write_text(path, build_html(results, positions, contexts))

@@ -147,7 +147,7 @@ def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer
     """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog."""
     from specdraft.tokenizer import vocab_table
 
-    with wh.transaction():
+    with wh.transaction("register_dataset"):
         wh.store("vocab", vocab_table(tokenizer))
         wh.create_text_macro()
         record_dataset_version(wh, name, path, meta, meta.get("source"))
@@ -291,7 +291,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
                 spark_dir = wh.root / "spark" / name
                 if start is None and engine == "spark":  # Spark writes Parquet; the load is transactional
                     spark_tables = build_on_spark(cfg, path, spark_dir, spark_master, memory_limit)
-                with wh.transaction():
+                with wh.transaction("ngram_tables"):
                     if start is not None:
                         update_ngram_tables(wh, cfg, path, start)
                     elif engine == "spark":
@@ -306,7 +306,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         with timer.stage("candidates"):
             key = _build_key(cfg, meta, name, "candidates")
             if wh.built_with("candidates") != key:
-                with wh.transaction():
+                with wh.transaction("candidates"):
                     build_candidates(wh, cfg, tokenizer, path)
                     wh.mark_built("candidates", key)
         if last == "candidates":
@@ -329,7 +329,7 @@ def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, data
         if leave_one_out:
             with timer.stage("leave_one_out"):
                 results["leave_one_out"] = policy.leave_one_out(wh, cfg, results)
-        with wh.transaction():
+        with wh.transaction("record_run"):
             record_run(wh, results, run_id, evaluation.positions)
         return results
 

@@ -116,7 +116,7 @@ def load_run(warehouse: Path, run_id: str | None = None) -> dict:
 def write_outputs(results: dict, out: Path) -> None:
     """results.json and accepted_histogram.svg in `out`."""
     from specdraft.charts import write_histogram_svg
+    from specdraft.files import write_text
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    write_text(out / "results.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     write_histogram_svg(results, out / "accepted_histogram.svg")

@@ -18,7 +18,6 @@ problem appears in two splits.
 from __future__ import annotations
 
 import math
-import os
 import pathlib
 import random
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specdraft.errors import SpecdraftError
+from specdraft.files import atomic_path
 
 Eq = Callable[[int, str, int], tuple[int, str]]
 # A template returns (problem sentences, reasoning steps, answer, verification sentence).
@@ -481,11 +481,6 @@ def generate_traces(
 def write_traces_parquet(path: str | pathlib.Path, n_traces: int = 3000, seed: int = 0) -> pathlib.Path:
     """Write generate_traces(n_traces, seed) to a Parquet file and return its path."""
     out = pathlib.Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")  # atomic: never a half-written file
-    try:
+    with atomic_path(out) as partial:  # never a half-written file
         pq.write_table(generate_traces(n_traces, seed), partial)
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
     return out

@@ -16,7 +16,6 @@ each append is listed in the metadata (`appends`) with a version id.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specdraft.errors import SpecdraftError
+from specdraft.files import atomic_path
 from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import quote_identifier
 
@@ -66,22 +66,9 @@ def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str) 
         "rows": table.num_rows,
     }
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial_path(path)
-    try:
+    with atomic_path(path) as partial:
         pq.write_table(table, partial, compression="zstd")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
     return path
-
-
-def _partial_path(path: Path) -> Path:
-    """A temporary name beside `path`, after removing any a killed writer left (files are written
-    only under the warehouse's writer lock, so no other process is writing one)."""
-    for stale in path.parent.glob(f".{path.name}.*.partial"):
-        stale.unlink(missing_ok=True)
-    return path.with_name(f".{path.name}.{os.getpid()}.partial")
 
 
 def dataset_versions(meta: dict) -> list[tuple[int, str]]:
@@ -126,8 +113,7 @@ def appended_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: st
         "appended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     meta = {**meta, "rows": first + rows.num_rows, "appends": [*meta.get("appends", []), appended]}
-    partial = _partial_path(path)
-    try:
+    with atomic_path(path) as partial:
         with pq.ParquetFile(path) as existing:
             schema = existing.schema_arrow.with_metadata({METADATA_KEY: json.dumps(meta).encode()})
             with pq.ParquetWriter(partial, schema, compression="zstd") as writer:
@@ -135,6 +121,3 @@ def appended_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: st
                     writer.write_batch(batch)
                 writer.write_table(table.select(schema.names).cast(schema))
         yield meta
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)

@@ -28,6 +28,7 @@ from typing import Any, Self
 import duckdb
 
 from specdraft.errors import SpecdraftError, first_line
+from specdraft.failpoints import reach
 
 
 def _sql_dir() -> Path:
@@ -382,16 +383,23 @@ class Warehouse:
             self.con.execute(f"drop table if exists {quote_identifier(table)}")
 
     @contextmanager
-    def transaction(self):
+    def transaction(self, name: str):
         """All-or-nothing: tables a stage creates appear together, or not at all if it fails or
-        is killed (DuckDB rolls back an uncommitted transaction)."""
+        is killed (DuckDB rolls back an uncommitted transaction).
+
+        `name` names the failpoints `transaction:<name>:before_commit` (every table of the stage
+        written, none committed) and `transaction:<name>:after_commit`, where
+        tests/test_reliability.py kills the run.
+        """
         self.con.execute("begin transaction")
         try:
             yield
+            reach(f"transaction:{name}:before_commit")
         except BaseException:
             self.con.execute("rollback")
             raise
         self.con.execute("commit")
+        reach(f"transaction:{name}:after_commit")
 
     def built_with(self, stage: str) -> str | None:
         """The build key a stage's tables were last built with (None if never)."""

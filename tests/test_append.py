@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 
@@ -242,18 +243,10 @@ def test_a_failed_append_changes_nothing(ingested, monkeypatch):
     assert sorted(p.name for p in (root / "traces").iterdir()) == ["ds.parquet"]
 
 
-# `specdraft ingest --append` killed (SIGKILL) when it renames the new traces file: before or after
-KILLED = """
-import os, signal, sys, types
-from specdraft import traces
-from specdraft.cli import main
-def killed(*args):
-    if sys.argv[1] == "after":
-        os.replace(*args)
-    os.kill(os.getpid(), signal.SIGKILL)
-traces.os = types.SimpleNamespace(**{**vars(os), "replace": killed})
-main(sys.argv[2:])
-"""
+def killed_at(point: str, *args) -> subprocess.CompletedProcess:
+    """`specdraft *args` killed (SIGKILL) by the failpoint `point` (specdraft.failpoints)."""
+    env = {**os.environ, "SPECDRAFT_FAILPOINT": f"{point}=kill"}
+    return subprocess.run([sys.executable, "-m", "specdraft.cli", *args], capture_output=True, check=False, env=env)
 
 
 def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
@@ -262,12 +255,12 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
     expected = pq.read_metadata(root / "traces" / "ds.parquet").num_rows + pq.read_metadata(extra).num_rows
     args = ["ingest", "--append", "--data", str(extra), "--name", "ds", "--warehouse", str(root)]
     # killed just before the new file replaces the old one: nothing changed
-    process = subprocess.run([sys.executable, "-c", KILLED, "before", *args], capture_output=True, check=False)
+    process = killed_at("write:ds.parquet:before_rename", *args)
     assert process.returncode == -9
     assert _state(root) == before
     # killed after the rename, before the catalog's commit: the next run brings the catalog up to
     # date, and the tables then cover every trace
-    process = subprocess.run([sys.executable, "-c", KILLED, "after", *args], capture_output=True, check=False)
+    process = killed_at("write:ds.parquet:after_rename", *args)
     assert process.returncode == -9
     rows = pq.read_metadata(root / "traces" / "ds.parquet").num_rows
     assert rows == expected and _state(root)[1] == before[1]

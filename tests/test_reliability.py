@@ -1,113 +1,593 @@
-"""Reliability: one writer at a time with a clear message, kill -9 at any point loses nothing,
-hostile names cannot reach SQL."""
+"""Reliability: one writer at a time with a clear message, several readers side by side, a kill -9
+or Ctrl-C at any point of any command loses nothing, the memory budget is DuckDB's and spills,
+hostile names cannot reach SQL.
+
+The kill suite does not guess when to kill: every command that writes is killed (SIGKILL) by a
+failpoint (specdraft.failpoints) at each point it passes, inside each stage's transaction before
+and after its commit and inside each file write before and after its rename."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
-import time
+from dataclasses import dataclass
+from pathlib import Path
 
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from specdraft.cli import main
 from specdraft.errors import SpecdraftError
-from specdraft.warehouse import Warehouse
+from specdraft.synthetic import write_traces_parquet
+from specdraft.warehouse import DB_FILE, LOCK_FILE, Warehouse, size_bytes
 
 from .conftest import FIXTURES
 
 DATA = str(FIXTURES / "parity_traces.parquet")
 SMALL = ["--max-completion-tokens", "160", "--max-index-positions", "5000", "--backoff-max-index-positions", "6000"]
+# Smaller still where no parity is checked (the kill suite runs dozens of commands): every stage
+# still writes every table.
+KILL_FLAGS = ["--preset", "seed", "--max-completion-tokens", "64", "--max-index-positions", "2000",
+              "--backoff-max-index-positions", "2000", "--calibration-limit", "4", "--eval-limit", "4"]
+SPECDRAFT = [sys.executable, "-m", "specdraft.cli"]
+# Holds a warehouse open until its stdin closes: `python -c HOLD ROOT [read_only]`. It answers a
+# query first, so "ready" means the connection is open and serving.
+HOLD = """
+import sys
+from specdraft.warehouse import Warehouse
+with Warehouse(sys.argv[1], read_only=len(sys.argv) > 2) as wh:
+    runs = wh.con.execute("select count(*) from main.runs").fetchall()[0][0]
+    print("ready", runs, flush=True)
+    sys.stdin.read()
+"""
 
 
-def cli(*args):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+def cli(*args, env: dict[str, str] | None = None):
+    """A command in this process (CliRunner); `env` sets environment variables meanwhile."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def specdraft_process(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specdraft.cli", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def specdraft(*args, failpoint: str | None = None) -> subprocess.CompletedProcess:
+    """A command in its own process, with SPECDRAFT_FAILPOINT=failpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECDRAFT_FAILPOINT")}
+    if failpoint:
+        env["SPECDRAFT_FAILPOINT"] = failpoint
+    return subprocess.run([*SPECDRAFT, *map(str, args)], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+def holder(root: Path, read_only: bool = False) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(root), *(["ro"] if read_only else [])],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().split()[0] == "ready"
+    return process
 
 
 def test_second_writer_and_readers_get_a_clear_busy_message(tmp_path):
-    assert cli("run", "--preset", "seed", "--data", DATA, "--warehouse", str(tmp_path), "--out",
-               str(tmp_path / "out"), *SMALL).exit_code == 0
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         ("import sys, time; from specdraft.warehouse import Warehouse; w = Warehouse(sys.argv[1]); "
-         "print('ready', flush=True); time.sleep(30)"), str(tmp_path)],
-        stdout=subprocess.PIPE, text=True)
+    assert cli("run", *KILL_FLAGS, "--data", DATA, "--warehouse", tmp_path, "--out", tmp_path / "out").exit_code == 0
+    writer = holder(tmp_path)  # holds the lock until its stdin closes, or it is killed
     try:
-        assert holder.stdout.readline().strip() == "ready"
-        with pytest.raises(SpecdraftError, match=rf"warehouse is busy \(pid {holder.pid}, since "):
+        with pytest.raises(SpecdraftError, match=rf"warehouse is busy \(pid {writer.pid}, since "):
             Warehouse(tmp_path)
-        with pytest.raises(SpecdraftError, match=rf"warehouse is busy \(pid {holder.pid}, since "):
+        with pytest.raises(SpecdraftError, match=rf"warehouse is busy \(pid {writer.pid}, since "):
             Warehouse(tmp_path, read_only=True)
-        result = cli("sql", "--warehouse", str(tmp_path), "select count(*) from main.runs")
-        assert result.exit_code == 1 and f"busy (pid {holder.pid}" in result.stderr
+        result = cli("sql", "--warehouse", tmp_path, "select count(*) from main.runs")
+        assert result.exit_code == 1 and f"busy (pid {writer.pid}" in result.stderr
         assert result.stderr.count("\n") == 1
     finally:
-        holder.kill()
-        holder.wait()
+        writer.kill()
+        writer.wait()
     # the lock goes with the process, even on kill -9
     with Warehouse(tmp_path, read_only=True) as wh:
         assert wh.query("report/run_results", {"run_id": ""}).fetchall()
 
 
-def _snapshot(root) -> dict:
-    """What an analyst would read: the recorded runs and the tables' row counts and sums."""
-    with Warehouse(root, read_only=True, dataset="parity_traces") as wh:
-        runs = wh.con.execute("select run_id, results from main.runs order by run_id").fetchall()
-        tables = wh.con.execute(
-            "select table_name from information_schema.tables where table_schema = 'parity_traces' "
-            "order by table_name").fetchall()
-        sums = wh.con.execute(
-            "select (select count(*) from exact_continuations), (select sum(count) from exact_continuations), "
-            "(select count(*) from candidates), (select sum(accepted) from candidates)").fetchall()
-    return {"runs": runs, "tables": tables, "sums": sums}
+def test_several_readers_side_by_side(tmp_path):
+    """Two processes hold the warehouse open read-only at once (each answered a query and waits on
+    its stdin); meanwhile `specdraft sql` answers too, and a writer is refused."""
+    assert cli("run", *KILL_FLAGS, "--data", DATA, "--warehouse", tmp_path, "--out", tmp_path / "out").exit_code == 0
+    readers = []
+    try:
+        readers = [holder(tmp_path, read_only=True) for _ in range(2)]
+        result = cli("sql", "--warehouse", tmp_path, "--format", "csv", "select count(*) as runs from main.runs")
+        assert result.exit_code == 0 and result.stdout.split() == ["runs", "1"]
+        with pytest.raises(SpecdraftError):
+            Warehouse(tmp_path)
+    finally:
+        for reader in readers:
+            reader.stdin.close()
+    assert [reader.wait() for reader in readers] == [0, 0]
 
 
-KILL_AFTER = (0.5, 1.0, 1.5, 2.5, 3.5, 5.0)
+# -- the kill suite ----------------------------------------------------------------------------
+#
+# Each scenario is a command that writes, run on a warehouse prepared for it ("before"). It passes
+# its failpoints in the order listed; the suite kills it at each in turn. Killed at a point, the
+# warehouse and output files must read exactly as before, except that each transaction committed
+# before the kill leaves the tables as a clean run of its stage leaves them, and each file renamed
+# before it is the clean run's file. Then the command runs again to the end, and everything must
+# equal a clean run's. test_every_point_a_command_passes_is_in_the_suite keeps these lists complete.
+
+# `run` with other settings on a changed input: it ingests afresh and rebuilds every stage.
+RUN_POINTS = (
+    "write:parity_traces.parquet:before_rename", "write:parity_traces.parquet:after_rename",
+    "transaction:register_dataset:before_commit", "transaction:register_dataset:after_commit",
+    "transaction:ngram_tables:before_commit", "transaction:ngram_tables:after_commit",
+    "transaction:candidates:before_commit", "transaction:candidates:after_commit",
+    "transaction:record_run:before_commit", "transaction:record_run:after_commit",
+    "write:results.json:before_rename", "write:results.json:after_rename",
+    "write:accepted_histogram.svg:before_rename", "write:accepted_histogram.svg:after_rename",
+)
+APPEND_POINTS = (
+    "write:parity_traces.parquet:before_rename", "write:parity_traces.parquet:after_rename",
+    "transaction:append:before_commit", "transaction:append:after_commit",
+)
+REPORT_POINTS = (
+    "write:results.json:before_rename", "write:results.json:after_rename",
+    "write:accepted_histogram.svg:before_rename", "write:accepted_histogram.svg:after_rename",
+    "write:report.html:before_rename", "write:report.html:after_rename",
+)
+DEMO_TRACES = 40
+# the demo writes its sample, then passes a fresh run's points (killed in the `run` scenario)
+DEMO_POINTS = (f"write:synthetic_{DEMO_TRACES}_0.parquet:before_rename",
+               f"write:synthetic_{DEMO_TRACES}_0.parquet:after_rename")
+# The killed run's settings: other tables and other results than before's, so that a step half
+# done would show (test_every_step_changes_what_it_writes).
+OTHER = ["--max-continuations-per-context", "2", "--draft-len", "12"]
+# What differs between two clean runs of one command: left out of the "stable" digests.
+VOLATILE_RESULTS = ("run_id", "timings_s", "peak_rss_bytes_by_stage")
+VOLATILE_COLUMNS = ("run_id",)  # and every timestamp column
+# Every `run` records a run: rerun after a kill that came after the record, it records another one
+# like it. Stable digests of these tables cover their distinct rows: the same runs, once or more.
+HISTORY = ("runs", "eval_positions")
+# A kill between a traces file's rename and the catalog's commit leaves the new file and the old
+# catalog (two stores, one rename). The next run uses the new file and equals a clean run, except
+# main.dataset_versions: pipeline.ingest_dataset compares only the catalog's trace count with the
+# file's, so a re-ingest with as many traces is never recorded, and an append is recorded as an
+# ingest of the original input. Known: each such case is an expected failure until it is fixed.
+CATALOG = "main.dataset_versions"
+CATALOG_LAGS = {
+    ("run", "write:parity_traces.parquet:after_rename"), ("run", "transaction:register_dataset:before_commit"),
+    ("append", "write:parity_traces.parquet:after_rename"), ("append", "transaction:append:before_commit"),
+}
 
 
-def test_kill_9_at_any_point_loses_nothing(tmp_path):
-    """Build, snapshot, then start another build (other settings) and kill -9 it at several points.
-    Each time the warehouse must read exactly as before or with the new stage complete, with no
-    half-made tables; a final rerun must give the same results as a clean run."""
-    root = tmp_path / "wh"
-    base = ["--data", DATA, "--warehouse", str(root), *SMALL]
-    assert cli("run", "--preset", "seed", "--out", str(tmp_path / "a"), *base).exit_code == 0
-    before = _snapshot(root)
-    clean = cli("run", "--preset", "seed", "--max-continuations-per-context", "2", "--out", str(tmp_path / "c"),
-                "--data", DATA, "--warehouse", str(tmp_path / "clean"), *SMALL)
-    assert clean.exit_code == 0
-    complete = _snapshot(tmp_path / "clean")
-    assert complete["sums"] != before["sums"]  # the two builds differ, so a half-way state would show
-    other = ["run", "--preset", "seed", "--max-continuations-per-context", "2", "--out", str(tmp_path / "b"), *base]
-    tried, damaged = 0, 0
-    for delay in KILL_AFTER:
-        process = specdraft_process(*other)
-        time.sleep(delay)
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    command: tuple[str, ...]  # after `specdraft`; {wh}, {out}, {input}, {more} are filled in
+    points: tuple[str, ...]
+    # a transaction's name -> the command whose clean run ends with that transaction committed
+    stages: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # what runs to the end after a kill (default: the command again); a command may fail with
+    # `done` in its message when the kill came after its work
+    resume: tuple[tuple[tuple[str, ...], str | None], ...] = ()
+
+
+def _run(*extra: str) -> tuple[str, ...]:
+    return ("run", *KILL_FLAGS, *extra, "--warehouse", "{wh}", "--out", "{out}")
+
+
+def _stage(command: str) -> tuple[str, ...]:
+    return (command, *KILL_FLAGS, *OTHER, "--data", "{input}", "--warehouse", "{wh}")
+
+
+APPEND = ("ingest", "--append", "--data", "{more}", "--name", "parity_traces", "--warehouse", "{wh}")
+SCENARIOS = {
+    "run": Scenario("run", _run(*OTHER, "--data", "{input}"), RUN_POINTS,
+                    stages=(("register_dataset", _stage("ingest")), ("ngram_tables", _stage("build")),
+                            ("candidates", _stage("candidates")))),
+    "append": Scenario("append", APPEND, APPEND_POINTS,
+                       resume=((APPEND, "already in dataset"), (_run("--name", "parity_traces"), None))),
+    "report": Scenario("report", ("report", "--warehouse", "{wh}", "--out", "{out}"), REPORT_POINTS),
+    "demo": Scenario("demo", ("demo", "--traces", str(DEMO_TRACES), *KILL_FLAGS, "--warehouse", "{wh}",
+                              "--out", "{out}"), DEMO_POINTS),
+}
+CASES = [(scenario, point) for scenario in SCENARIOS.values() for point in scenario.points]
+
+
+def stage_of(point: str) -> str:
+    """The pipeline stage a failpoint belongs to, for the kill report."""
+    kind, name, _ = point.split(":")
+    if kind == "transaction":
+        return {"register_dataset": "ingest", "append": "ingest --append"}.get(name, name)
+    if name.startswith("synthetic_"):
+        return "demo sample"
+    return "ingest" if name.endswith(".parquet") else "report"
+
+
+def volatile_tokens(base: Path) -> list[str]:
+    """Strings that differ between two clean runs: each append's random version and time (in the
+    traces file and the catalog), and the demo sample's modification time (in the input's
+    signature, which build keys and the catalog carry)."""
+    tokens = []
+    for path in sorted((base / "wh" / "traces").glob("*.parquet")):
+        meta = json.loads((pq.read_schema(path).metadata or {}).get(b"specdraft", b"{}"))
+        tokens += [str(a[key]) for a in meta.get("appends", []) for key in ("version", "appended_at")]
+    tokens += [str(p.stat().st_mtime_ns) for p in sorted((base / "wh" / "samples").glob("*.parquet"))]
+    return tokens
+
+
+def _stable_select(con, schema: str, table: str, tokens: list[str]) -> str:
+    """The table's rows without volatile columns (timestamps, run ids) and strings (tokens)."""
+    items = []
+    for name, kind in con.execute("select column_name, data_type from duckdb_columns() where schema_name = ? "
+                                  "and table_name = ? order by column_index", [schema, table]).fetchall():
+        if name in VOLATILE_COLUMNS or kind.startswith("TIMESTAMP"):
+            continue
+        expression = f'"{name}"'
+        if table == "runs" and name == "results":
+            expression = f"json_merge_patch(results, '{json.dumps(dict.fromkeys(VOLATILE_RESULTS))}')"
+        for token in tokens if kind in ("VARCHAR", "JSON") else ():
+            expression = f"replace({expression}::varchar, '{token}', '<volatile>')"
+        items.append(f'{expression} as "{name}"')
+    distinct = "distinct " if table in HISTORY else ""
+    return f'select {distinct}{", ".join(items)} from "{schema}"."{table}"'
+
+
+def _tables(db: Path, tokens: list[str]) -> dict[str, tuple]:
+    """Every table of every schema: (rows, the sum of each whole row's hash) exactly and stably;
+    every view's and macro's definition."""
+    if not db.exists():
+        return {}
+    out: dict[str, tuple] = {}
+    with duckdb.connect(str(db), read_only=True) as con:
+        for schema, table in con.execute("select schema_name, table_name from duckdb_tables() "
+                                         "where not internal order by all").fetchall():
+            exact = con.execute(f'select count(*), sum(hash(t)) from "{schema}"."{table}" as t').fetchall()[0]
+            stable = con.execute(f"select count(*), sum(hash(s)) from ({_stable_select(con, schema, table, tokens)}) "
+                                 "as s").fetchall()[0]
+            out[f"{schema}.{table}"] = (exact, stable)
+        definitions = con.execute(
+            "select schema_name || '.' || view_name || ' (view)', sql from duckdb_views() where not internal "
+            "union all select schema_name || '.' || function_name || ' (macro)', macro_definition "
+            "from duckdb_functions() where not internal and function_type like '%macro%' order by all").fetchall()
+    return out | {name: (sql, sql) for name, sql in definitions}
+
+
+def _file_digests(path: Path, tokens: list[str]) -> tuple[str, str]:
+    """sha256 of the file, exactly and stably (results.json without timings and run id; Parquet as
+    its rows and its metadata without volatile strings)."""
+    data = path.read_bytes()
+    stable = data
+    if path.name == "results.json":
+        results = json.loads(data)
+        stable = json.dumps({k: v for k, v in results.items() if k not in VOLATILE_RESULTS}, sort_keys=True).encode()
+    elif path.suffix == ".parquet":
+        table = pq.read_table(path)
+        metadata = repr(table.schema.metadata)
+        for token in tokens:
+            metadata = metadata.replace(token, "<volatile>")
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema.remove_metadata()) as writer:
+            writer.write_table(table.replace_schema_metadata(None).combine_chunks())
+        stable = sink.getvalue().to_pybytes() + metadata.encode()
+    return hashlib.sha256(data).hexdigest(), hashlib.sha256(stable).hexdigest()
+
+
+@dataclass
+class State:
+    """Everything a command can change under a base directory (its warehouse `wh` and output
+    `out`): every table, view and macro (see _tables) and every file, except DuckDB's own files and
+    its spill space, each as (exact digest, stable digest); stable digests leave out what differs
+    between two clean runs (timestamps, run ids, timings, volatile_tokens). Partial files (a write
+    killed before its rename) are listed apart."""
+
+    tables: dict[str, tuple]
+    files: dict[str, tuple]
+    partials: list[str]
+
+    @classmethod
+    def of(cls, base: Path) -> State:
+        tokens = volatile_tokens(base)
+        files, partials = {}, []
+        for path in sorted(p for d in ("wh", "out") if (base / d).exists() for p in (base / d).rglob("*")):
+            relative = str(path.relative_to(base))
+            if path.is_dir() or relative.startswith("wh/tmp/") or path.name in (DB_FILE, f"{DB_FILE}.wal", LOCK_FILE):
+                continue
+            if path.name.endswith(".partial"):
+                partials.append(relative)
+            else:
+                files[relative] = _file_digests(path, tokens)
+        return cls(_tables(base / "wh" / DB_FILE, tokens), files, partials)
+
+    def stable(self) -> tuple[dict, dict]:
+        return ({name: digests[1] for name, digests in self.tables.items()},
+                {name: digests[1] for name, digests in self.files.items()})
+
+
+# Forks `specdraft` commands from one process that has imported specdraft and pandas and loaded the
+# tokenizer and its fingerprint (about two seconds apiece otherwise): each request line is JSON
+# [args, env, stderr file]; the answer is the child's exit code (-9 when SIGKILL ended it). The
+# child runs specdraft's own CLI, as a process. Nothing here starts a thread before the forks.
+ZYGOTE = """
+import json, os, sys
+import pandas
+from specdraft.cli import main
+from specdraft import calibrate, candidates, evaluate, ingest, ngrams, pipeline, report, tokenizer
+tokenizer.load_tokenizer().fingerprint
+for line in sys.stdin:
+    args, env, stderr = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(env)
+        os.dup2(os.open(os.devnull, os.O_RDWR), 0)
+        os.dup2(os.open(os.devnull, os.O_RDWR), 1)
+        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+        sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+class KillSuite:
+    """One directory `base` (so that the paths the warehouse stores are the same in every case):
+    a pristine copy of each scenario's "before", the states of its clean runs, and the kill report."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.report: list[list[str]] = []
+        self.before: dict[str, State] = {}
+        self.clean: dict[str, dict[str, State]] = {}  # scenario -> transaction, "complete", "resumed"
+        self.recorded: dict[str, list[str]] = {}
+        self.zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+
+    def run_with(self, scenario: Scenario, failpoint: str) -> tuple[int, str]:
+        """The scenario's command in its own process, with SPECDRAFT_FAILPOINT=failpoint: its exit
+        code and stderr."""
+        stderr = self.base / "stderr"
+        request = [self.args(scenario.command), {"SPECDRAFT_FAILPOINT": failpoint}, str(stderr)]
+        self.zygote.stdin.write(json.dumps(request) + "\n")
+        self.zygote.stdin.flush()
+        return int(self.zygote.stdout.readline()), stderr.read_text()
+
+    def close(self) -> None:
+        self.zygote.stdin.close()
+        self.zygote.wait()
+
+    def args(self, command: tuple[str, ...]) -> list[str]:
+        paths = {"wh": self.base / "wh", "out": self.base / "out", "input": self.base / "input" / "parity_traces.parquet",
+                 "more": self.base / "input" / "more.parquet"}
+        return [part.format(**paths) for part in command]
+
+    def save(self, scenario: str, out_from: str | None = None) -> None:
+        """The present warehouse (and output, or `out_from`'s pristine output) as `scenario`'s before."""
+        pristine = self.base / "pristine" / scenario
+        shutil.copytree(self.base / "wh", pristine / "wh")
+        shutil.copytree(self.base / "pristine" / out_from / "out" if out_from else self.base / "out", pristine / "out")
+
+    def restore(self, scenario: str) -> None:
+        for d in ("wh", "out"):
+            shutil.rmtree(self.base / d, ignore_errors=True)
+            shutil.copytree(self.base / "pristine" / scenario / d, self.base / d)
+
+    def prepare(self, scenario: Scenario) -> None:
+        """The scenario's before, and its clean runs: each stage's command, the whole command
+        (recording the points it passes) and what a resume runs after it."""
+        self.restore(scenario.name)
+        self.before[scenario.name] = State.of(self.base)
+        self.clean[scenario.name] = {}
+        for transaction, command in scenario.stages:
+            assert cli(*self.args(command)).exit_code == 0
+            self.clean[scenario.name][transaction] = State.of(self.base)
+        self.restore(scenario.name)
+        log = self.base / f"{scenario.name}.points"
+        result = cli(*self.args(scenario.command),
+                     env={"SPECDRAFT_FAILPOINT": "*=record", "SPECDRAFT_FAILPOINT_LOG": str(log)})
+        assert result.exit_code == 0, result.stderr
+        self.recorded[scenario.name] = [line.split()[1] for line in log.read_text().splitlines()]
+        self.clean[scenario.name]["complete"] = State.of(self.base)
+        if scenario.resume:
+            self.resume(scenario)
+        self.clean[scenario.name]["resumed"] = State.of(self.base)
+
+    def resume(self, scenario: Scenario) -> None:
+        """Run a scenario's command again, to the end (what a user does after a kill)."""
+        for command, done in scenario.resume or ((scenario.command, None),):
+            result = cli(*self.args(command))
+            assert result.exit_code == 0 or (done and done in result.stderr), result.stderr
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory, request):
+    """Builds each scenario's before: a first run (default settings) for `run` and `append`, whose
+    input then changes (its modification time: a changed input is ingested afresh); the `run`
+    scenario's clean result for `report`, with the first run's output; nothing for `demo`. Prints
+    the kill report when the module ends."""
+    suite = KillSuite(tmp_path_factory.mktemp("kills"))
+    base = suite.base
+    (base / "input").mkdir()
+    data = base / "input" / "parity_traces.parquet"
+    shutil.copy(DATA, data)
+    os.utime(data, ns=(1_700_000_000_000_000_000,) * 2)
+    write_traces_parquet(base / "input" / "more.parquet", n_traces=8, seed=11)
+    assert cli(*suite.args(_run("--data", "{input}"))).exit_code == 0
+    os.utime(data, ns=(1_700_000_100_000_000_000,) * 2)
+    suite.save("run")
+    suite.save("append")
+    suite.prepare(SCENARIOS["run"])
+    suite.prepare(SCENARIOS["append"])
+    suite.restore("run")
+    assert cli(*suite.args(SCENARIOS["run"].command)).exit_code == 0
+    suite.save("report", out_from="run")
+    suite.prepare(SCENARIOS["report"])
+    for d in ("wh", "out"):
+        (base / "pristine" / "demo" / d).mkdir(parents=True)
+    suite.prepare(SCENARIOS["demo"])
+    yield suite
+    suite.close()
+    _print_report(request, suite.report)
+
+
+def _print_report(request, rows: list[list[str]]) -> None:
+    """The kill report on the terminal (past pytest's capture): one row per kill point."""
+    if not rows:
+        return
+    killed = sum(row[3] == "yes" for row in rows)
+    header = ("kill report: scenario | stage | point | killed by SIGKILL | tables, views, macros and files "
+              "compared | after a rerun, equal to a clean run")
+    lines = ["", header, *("  " + " | ".join(row) for row in rows), f"  {len(rows)} kill points, {killed} killed by SIGKILL"]
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        for line in lines:
+            reporter.write_line(line)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS)
+def test_every_point_a_command_passes_is_in_the_suite(suite, scenario):
+    """A clean run records the failpoints it passes (`*=record`): they must be the scenario's list,
+    so a new stage's transaction or a new file cannot escape the kill suite."""
+    recorded = suite.recorded[scenario.name]
+    if scenario.name == "demo":
+        assert recorded[2:] == [p.replace("parity_traces", "synthetic") for p in RUN_POINTS]
+        recorded = recorded[:2]
+    assert tuple(recorded) == scenario.points
+
+
+def test_every_transaction_in_the_code_is_killed_by_the_suite():
+    """Every `transaction("<name>")` in specdraft/ is a kill point of some scenario."""
+    source = "".join(p.read_text() for p in (Path(__file__).parents[1] / "specdraft").glob("*.py"))
+    names = set(re.findall(r"\.transaction\(\"(\w+)\"\)", source))
+    assert names and not re.search(r"\.transaction\(\)", source)
+    killed = {point.split(":")[1] for _, point in CASES if point.startswith("transaction:")}
+    assert names == killed
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS)
+def test_every_step_changes_what_it_writes(suite, scenario):
+    """A kill can only show a step half done if the step changes something: each file renamed
+    differs from before, and each transaction's commit changes the tables."""
+    tables, files = suite.before[scenario.name].stable()
+    clean = suite.clean[scenario.name]
+    complete_files = clean["complete"].stable()[1]
+    for point in scenario.points:
+        _, name, when = point.split(":")
+        if when == "after_rename":
+            [path] = [path for path in complete_files if Path(path).name == name]
+            assert files.get(path) != complete_files[path], point
+        elif when == "after_commit":
+            committed = (clean.get(name) or clean["complete"]).stable()[0]
+            assert committed != tables, point
+            tables = committed
+
+
+def assert_state_at(suite: KillSuite, scenario: Scenario, point: str, after: State) -> list[str]:
+    """The state of a command stopped at `point`: the tables exactly as before if no transaction
+    had committed, else as the clean run of the last one's stage left them; each file renamed by
+    then as the clean run's, every other file exactly as before. Returns the files compared."""
+    before, clean = suite.before[scenario.name], suite.clean[scenario.name]
+    passed = scenario.points[: scenario.points.index(point) + 1]
+    committed = [p.split(":")[1] for p in passed if p.startswith("transaction:") and p.endswith(":after_commit")]
+    renamed = {p.split(":")[1] for p in passed if p.startswith("write:") and p.endswith(":after_rename")}
+    if not committed:
+        assert after.tables == before.tables
+    else:
+        assert after.stable()[0] == (clean.get(committed[-1]) or clean["complete"]).stable()[0]
+    names = sorted(set(before.files) | set(clean["complete"].files))
+    for name in names:
+        if Path(name).name in renamed:
+            assert after.stable()[1].get(name) == clean["complete"].stable()[1].get(name), name
+        else:
+            assert after.files.get(name) == before.files.get(name), name
+    return names
+
+
+@pytest.mark.parametrize("scenario, point", CASES, ids=[f"{s.name}-{p}" for s, p in CASES])
+def test_kill_9_at_every_point_loses_nothing(suite, scenario, point):
+    suite.restore(scenario.name)
+    clean = suite.clean[scenario.name]
+    code, stderr = suite.run_with(scenario, f"{point}=kill")
+    row = [scenario.name, stage_of(point), point, "yes" if code == -signal.SIGKILL else f"no (exit {code})"]
+    suite.report.append(row)
+    assert code == -signal.SIGKILL, stderr  # a point never reached lets the command finish
+
+    after = State.of(suite.base)
+    names = assert_state_at(suite, scenario, point, after)
+    row.append(f"{len(after.tables)} tables, {len(names)} files")
+
+    suite.resume(scenario)
+    resumed = State.of(suite.base)
+    tables, files = resumed.stable()
+    clean_tables, clean_files = clean["resumed"].stable()
+    assert files == clean_files
+    assert not resumed.partials
+    if (scenario.name, point) not in CATALOG_LAGS:
+        assert tables == clean_tables
+        row.append("yes")
+        return
+    assert {**tables, CATALOG: None} == {**clean_tables, CATALOG: None}
+    assert tables[CATALOG] != clean_tables[CATALOG], "fixed: drop it from CATALOG_LAGS"
+    row.append("yes, but for main.dataset_versions (CATALOG_LAGS)")
+    pytest.xfail("the catalog lags after a kill between a traces file's rename and its commit")
+
+
+def test_ctrl_c_mid_stage_rolls_back(suite):
+    """SIGINT (what Ctrl-C sends) inside the n-gram stage's transaction: exit code 130, one line,
+    and the warehouse as before the stage (as a kill there leaves it), and the rerun completes."""
+    scenario, point = SCENARIOS["run"], "transaction:ngram_tables:before_commit"
+    suite.restore(scenario.name)
+    code, stderr = suite.run_with(scenario, f"{point}=interrupt")
+    assert (code, stderr) == (130, "specdraft: interrupted\n")
+    assert_state_at(suite, scenario, point, State.of(suite.base))
+    suite.resume(scenario)
+    assert State.of(suite.base).stable() == suite.clean[scenario.name]["resumed"].stable()
+
+
+def test_memory_limit_is_duckdbs_share_and_spills_to_the_warehouse(tmp_path):
+    with Warehouse(tmp_path, memory_limit="1GB") as wh:
+        setting, temp = wh.con.execute(
+            "select current_setting('memory_limit'), current_setting('temp_directory')").fetchall()[0]
+    # DuckDB shows the limit in MiB, cut to one decimal
+    assert abs(size_bytes(setting) - 0.7 * 1000**3) < 0.1 * 1024**2
+    assert temp == str(tmp_path / "tmp")
+
+
+def test_a_tiny_memory_budget_spills_and_gives_the_same_results(tmp_path):
+    """A 40MB budget (DuckDB gets 28MB) makes the candidates stage spill to <warehouse>/tmp: the
+    run, paused there, shows DuckDB's temporary files, and ends with the results of a run with the
+    default budget. (Measured on the fixture with 2 threads: budgets from 35 to 50MB spill, 55MB
+    does not, 30MB runs out of memory.)"""
+    args = ["--data", DATA, "--preset", "seed", *SMALL]
+    assert cli("run", *args, "--warehouse", tmp_path / "big", "--out", tmp_path / "big_out").exit_code == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECDRAFT_FAILPOINT")}
+    env["SPECDRAFT_FAILPOINT"] = "transaction:candidates:before_commit=pause"
+    root = tmp_path / "small"
+    process = subprocess.Popen([*SPECDRAFT, "run", *args, "--memory-limit", "40MB", "--warehouse", root, "--out",
+                                tmp_path / "small_out"], env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()
+        spilled = sorted(p.name for p in (root / "tmp").glob("duckdb_temp*")) if (root / "tmp").exists() else []
+        process.stdin.close()
+        assert process.wait() == 0, process.stderr.read()
+    finally:
+        process.kill()
         process.wait()
-        tried += 1
-        after = _snapshot(root)
-        # the first run is still recorded as it was, and no stage left half-made tables behind
-        if (after["runs"][: len(before["runs"])] != before["runs"] or after["tables"] != before["tables"]
-                or after["sums"] not in (before["sums"], complete["sums"])):
-            damaged += 1
-    assert tried == len(KILL_AFTER) and damaged == 0
-    finished = cli(*other)
-    assert finished.exit_code == 0
-    assert _snapshot(root)["sums"] == complete["sums"]
-    resumed = json.loads((tmp_path / "b" / "results.json").read_text())
-    fresh = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert line == "failpoint transaction:candidates:before_commit reached\n"
+    assert any(name.endswith(".tmp") for name in spilled), spilled
+    small = json.loads((tmp_path / "small_out" / "results.json").read_text())
+    big = json.loads((tmp_path / "big_out" / "results.json").read_text())
     for key in ("selected", "oracle_best", "decode_step", "per_source"):
-        assert resumed[key] == fresh[key]
+        assert small[key] == big[key]
+    assert small["config"] == big["config"]
 
 
 @pytest.mark.parametrize("name", ['x"; drop table main.runs; --', "1abc", "a b", "a" * 80, "naïve"])

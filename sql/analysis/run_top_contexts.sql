@@ -11,7 +11,7 @@ with top_contexts as (
         chosen
     from top_hitting_contexts
     where run_id = $run_id
-    order by hits desc, chosen desc, source
+    order by hits desc, chosen desc, source, ctx_tokens
     limit $top
 )
 select
@@ -20,4 +20,4 @@ select
     hits,
     chosen
 from top_contexts
-order by hits desc, chosen desc, source
+order by hits desc, chosen desc, source, context

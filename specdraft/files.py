@@ -1,0 +1,59 @@
+"""Every file specdraft writes appears whole or not at all.
+
+A file is written under a temporary name beside its target and renamed over it (os.replace, one
+atomic step on POSIX), so a reader, or the next run after a crash, Ctrl-C or kill -9, finds the
+old file or the new one, never half of one. (This covers the process dying, not the machine
+losing power: there is no fsync.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from specdraft.failpoints import reach
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` to write; when the block ends cleanly it is renamed to
+    `path`, otherwise removed. Failpoints `write:<file name>:before_rename` and `after_rename`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = _partial_path(path)
+    try:
+        yield partial
+        reach(f"write:{path.name}:before_rename")
+        os.replace(partial, path)
+        reach(f"write:{path.name}:after_rename")
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically."""
+    with atomic_path(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def _partial_path(path: Path) -> Path:
+    """`.<name>.<pid>.partial` beside `path`, after removing those a killed writer left behind
+    (a partial whose pid is still running belongs to a live writer: keep it)."""
+    for stale in path.parent.glob(f".{path.name}.*.partial"):
+        pid = stale.name[len(path.name) + 2 : -len(".partial")]
+        if pid.isdigit() and not _running(int(pid)):
+            stale.unlink(missing_ok=True)
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
