@@ -86,7 +86,9 @@ def test_ngram_drafts_are_real_train_continuations(tmp_path):
     with Warehouse(tmp_path / "wh", read_only=True, dataset="real") as wh:
         tokens = dict(wh.con.execute("select trace_id, tokens from selected_traces").fetchall())
         split = dict(wh.con.execute("select trace_id, split from selected_traces").fetchall())
-        ngram = wh.con.execute("select trace_id, pos, ctx_len, draft from candidates where family = 'ngram'").fetchall()
+        # ordered, so the 300 checked below are the same drafts on every run
+        ngram = wh.con.execute("select trace_id, pos, ctx_len, draft from candidates where family = 'ngram' "
+                               "order by trace_id, pos, source").fetchall()
     assert len(ngram) > 100
     train = [t for t, s in split.items() if s == "train"]
     for trace_id, pos, ctx_len, draft in ngram[:300]:
