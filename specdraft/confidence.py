@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from specdraft.errors import SpecdraftError
 from specdraft.warehouse import Warehouse
 
 FAMILIES = (
@@ -47,6 +48,9 @@ NUMERIC_FEATURES = (
     "agree_ngram1",
     "agree_ngram4",
 )
+# What the model predicts, known only once the trace's next tokens are: candidate_features carries
+# it beside the features for fitting, and it must never be one of them (feature_columns refuses).
+LABELS = ("accepted",)
 # The drafts the policy chooses from. The second-latest recent copy, the second n-gram
 # continuation and the seed's longest-only n-gram (the same draft as ngram-all at the longest
 # length) still count in the agreement features, but choosing among them too made the picks
@@ -56,13 +60,30 @@ TREES = 200
 LEAVES = 63
 
 
+def feature_columns() -> tuple[str, ...]:
+    """The model's input columns, in matrix order: the family (a category), then NUMERIC_FEATURES.
+
+    A label among them would let the choice at a position read the trace after it; that is a bug
+    in this file, so it fails every fit and prediction rather than quietly scoring better.
+
+    >>> feature_columns()[:3]
+    ('family', 'ctx_len', 'count')
+    """
+    columns = ("family", *NUMERIC_FEATURES)
+    leaked = [name for name in columns if name in LABELS]
+    if leaked:
+        raise SpecdraftError(f"confidence model: {', '.join(leaked)} is the label it predicts, not a feature")
+    return columns
+
+
 def feature_matrix(features: pa.Table) -> np.ndarray:
+    _, *numeric_columns = feature_columns()
     family = features.column("family").to_numpy(zero_copy_only=False)
     codes = np.full(len(family), len(FAMILIES), dtype=np.float64)
     for i, name in enumerate(FAMILIES):
         codes[family == name] = i
-    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in NUMERIC_FEATURES]
-    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(NUMERIC_FEATURES)))
+    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in numeric_columns]
+    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(numeric_columns)))
 
 
 @dataclass
@@ -111,7 +132,7 @@ class ConfidencePolicy:
             "choices": [f for f in SELECTABLE if f not in self.excluded],
             "trees": TREES,
             "leaves": LEAVES,
-            "features": ["family", *NUMERIC_FEATURES],
+            "features": list(feature_columns()),
             "calibration_drafts": self.calibration_drafts,
             "calibration_positions": self.calibration_positions,
         }
