@@ -125,7 +125,10 @@ def test_choices_and_walk_do_not_see_the_future(tmp_path, preset):
             keep = rng.randrange(8, len(completion) - 4)
             changed[trace_id] = (split, prompt, completion[:keep] + _motif_tokens(rng, 4))
             cuts[trace_id] = (len(prompt) + keep, len(prompt) + min(keep, len(completion) - 1))
-    runs = [_results_and_rows(tmp_path / name, version, preset)[3] for name, version in (("a", traces), ("b", changed))]
+    outputs = [_results_and_rows(tmp_path / name, version, preset) for name, version in (("a", traces), ("b", changed))]
+    # only eval changed: the policy is fitted on the same calibration drafts
+    assert outputs[0][0]["policy"] == outputs[1][0]["policy"]
+    runs = [output[3] for output in outputs]
     compared = 0
     for trace_id, (changed_at, known) in cuts.items():
         chosen = [[r for r in choices(e) if r[0] == trace_id and r[1] <= known] for e in runs]
