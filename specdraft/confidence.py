@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from specdraft import families
 from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
 from specdraft.tokenizer import Tokenizer
 from specdraft.warehouse import Warehouse
 
@@ -41,6 +42,9 @@ NUMERIC_FEATURES = (
     "agree_ngram1",
     "agree_ngram4",
 )
+# What the model predicts, known only once the trace's next tokens are: candidate_features carries
+# it beside the features for fitting, and it must never be one of them (feature_columns refuses).
+LABELS = ("accepted",)
 # The drafts the policy chooses from (families.py): the second-latest recent copy, the second
 # n-gram continuation and the seed's longest-only n-gram still count in the agreement features,
 # but they are evidence, not choices.
@@ -49,13 +53,30 @@ TREES = 200
 LEAVES = 63
 
 
+def feature_columns() -> tuple[str, ...]:
+    """The model's input columns, in matrix order: the family (a category), then NUMERIC_FEATURES.
+
+    A label among them would let the choice at a position read the trace after it; that is a bug
+    in this file, so it fails every fit and prediction rather than quietly scoring better.
+
+    >>> feature_columns()[:3]
+    ('family', 'ctx_len', 'count')
+    """
+    columns = ("family", *NUMERIC_FEATURES)
+    leaked = [name for name in columns if name in LABELS]
+    if leaked:
+        raise SpecdraftError(f"confidence model: {', '.join(leaked)} is the label it predicts, not a feature")
+    return columns
+
+
 def feature_matrix(features: pa.Table) -> np.ndarray:
+    _, *numeric_columns = feature_columns()
     family = features.column("family").to_numpy(zero_copy_only=False)
     codes = np.full(len(family), len(families.NAMES), dtype=np.float64)
     for name, code in families.ORDER.items():
         codes[family == name] = code
-    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in NUMERIC_FEATURES]
-    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(NUMERIC_FEATURES)))
+    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in numeric_columns]
+    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(numeric_columns)))
 
 
 @dataclass
@@ -135,7 +156,7 @@ class ConfidencePolicy:
             "choices": [f for f in SELECTABLE if f not in self.excluded],
             "trees": TREES,
             "leaves": LEAVES,
-            "features": ["family", *NUMERIC_FEATURES],
+            "features": list(feature_columns()),
             "calibration_drafts": self.calibration_drafts,
             "calibration_positions": self.calibration_positions,
         }

@@ -252,7 +252,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     eval_trace_ids = lengths.column("trace_id").to_numpy()  # sorted
     n_positions = int(offsets[-1])
 
-    everything = wh.query("evaluate/eval_features").to_arrow_table()
+    everything = eval_features(wh)
     all_predicted = policy.predict(everything)
     all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
@@ -290,6 +290,11 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
     return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions)
+
+
+def eval_features(wh: Warehouse) -> pa.Table:
+    """What the confidence model sees of every eval draft (candidate_features), in position order."""
+    return wh.query("evaluate/eval_features").to_arrow_table()
 
 
 def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from specdraft import pipeline
 from specdraft.bench import DEFAULT_REFERENCE, format_stages
 from specdraft.cli import main
 from specdraft.pipeline import STAGES, StageTimer, reset_peak_rss
@@ -47,17 +47,62 @@ def test_stage_peak_is_the_stage_own():
     assert set(timer.seconds) == set(peaks)
 
 
-def test_stage_peak_without_proc_falls_back_to_the_process_peak(monkeypatch):
-    def no_proc(path, *args, **kwargs):
-        raise OSError(f"{path}: not here")
+# A known allocation, made in a fresh child process so that no earlier test's peak hides it.
+ALLOCATE = 200 * MB
+ALLOCATING_CHILD = "import sys; import numpy as np; block = np.ones(int(sys.argv[1]) // 8); assert block.sum() == block.size"
 
-    monkeypatch.setattr(pipeline, "open", no_proc, raising=False)
-    assert not reset_peak_rss()
-    timer = StageTimer()
-    with timer.stage("only"):
-        block = np.ones(50 * MB // 8)
-        del block
-    assert timer.peak_rss_bytes["only"] >= 50 * MB  # ru_maxrss: the process's peak so far
+
+def test_measure_reports_the_childs_peak():
+    """bench.measure reads the peak of a child from outside (getrusage in its wrapper): a child that
+    writes 200 MB more than an otherwise identical one peaks 200 MB higher."""
+    from specdraft.bench import measure
+
+    idle = measure([sys.executable, "-c", ALLOCATING_CHILD, "0"])
+    busy = measure([sys.executable, "-c", ALLOCATING_CHILD, str(ALLOCATE)])
+    assert idle["returncode"] == busy["returncode"] == 0 and busy["wall_s"] > 0
+    assert ALLOCATE <= busy["peak_rss_bytes"] < ALLOCATE + idle["peak_rss_bytes"] + 20 * MB
+    assert 0.95 * ALLOCATE <= busy["peak_rss_bytes"] - idle["peak_rss_bytes"] <= 1.05 * ALLOCATE
+
+
+FALLBACK_CHILD = """
+import json, resource, sys
+import numpy as np
+from specdraft import pipeline
+
+def no_proc(path, *args, **kwargs):
+    raise OSError(f"{path}: not here")
+
+def resident():  # read here, past the patch below, which hides /proc from specdraft.pipeline only
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+pipeline.open = no_proc  # no /proc: no reset, and peaks come from ru_maxrss
+assert not pipeline.reset_peak_rss()
+timer = pipeline.StageTimer()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with timer.stage("only"):
+    resident_at_start = resident()
+    block = np.ones(int(sys.argv[1]) // 8)
+    assert block.sum() == block.size
+    del block
+print(json.dumps({"before": before, "resident_at_start": resident_at_start, "only": timer.peak_rss_bytes["only"]}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the child's resident memory in /proc")
+def test_stage_peak_without_proc_falls_back_to_the_process_peak():
+    """Without /proc the stage's peak is ru_maxrss, the process's peak so far: in a fresh process
+    it is what was resident when the stage began plus what the stage allocated.
+
+    The child runs under bench.measure's small wrapper: on Linux a process starts with its parent's
+    peak (ru_maxrss survives fork and exec), and this test process may have peaked far higher."""
+    from specdraft.bench import measure
+
+    child = measure([sys.executable, "-c", FALLBACK_CHILD, str(ALLOCATE)])
+    assert child["returncode"] == 0, child["stderr"]
+    peaks = json.loads(child["stdout"])
+    assert peaks["only"] > peaks["before"]  # the stage's own allocation, not an earlier peak
+    assert 0.95 * ALLOCATE <= peaks["only"] - peaks["resident_at_start"] <= 1.05 * ALLOCATE
 
 
 @pytest.fixture(scope="module")
@@ -80,19 +125,62 @@ def test_cost_curve_points_grow_with_scale(curve_run):
         assert after["train_rows"] > before["train_rows"]
         assert after["positions"] > before["positions"]
         assert after["backoff_positions"] > before["backoff_positions"]
-    first = points[0]
+    # the ratios are against the smallest scale (their arithmetic: test_cost_curve_on_known_measurements)
+    assert points[0]["positions_ratio"] == points[0]["time_ratio"] == points[0]["memory_ratio"] == 1
     for p in points:
         assert p["wall_s"] > 0 and p["peak_rss_bytes"] > 0
-        assert p["positions_ratio"] == pytest.approx(p["positions"] / first["positions"])
-        assert p["time_ratio"] == pytest.approx(p["wall_s"] / first["wall_s"])
-        assert p["memory_ratio"] == pytest.approx(p["peak_rss_bytes"] / first["peak_rss_bytes"])
-        assert p["seconds_per_million_positions"] == pytest.approx(p["wall_s"] / p["positions"] * 1e6)
         assert set(STAGES) <= set(p["stages_s"])
         assert set(p["stages_peak_rss_bytes"]) == set(p["stages_s"])
         # the process peak covers every stage's, though each stage reset the kernel's
         assert p["peak_rss_bytes"] >= max(p["stages_peak_rss_bytes"].values())
-    assert math.isfinite(curve["growth"]["time_exponent"])
-    assert math.isfinite(curve["growth"]["memory_exponent"])
+    # the growth exponents are the log-log least-squares slopes, as numpy's polyfit finds them
+    log_positions = np.log([p["positions"] for p in points])
+    for key, measured in (("time_exponent", "wall_s"), ("memory_exponent", "peak_rss_bytes")):
+        slope = np.polyfit(log_positions, np.log([p[measured] for p in points]), 1)[0]
+        assert curve["growth"][key] == pytest.approx(slope, abs=1e-9)
+
+
+def test_exponent_of_known_growth():
+    from specdraft.bench import _exponent
+
+    xs = [1_000, 2_000, 4_000, 8_000]
+    assert _exponent(xs, [3 * x for x in xs]) == pytest.approx(1, abs=1e-12)  # linear
+    assert _exponent(xs, [x * x / 7 for x in xs]) == pytest.approx(2, abs=1e-12)  # quadratic
+    assert _exponent(xs, [5.0] * 4) == pytest.approx(0, abs=1e-12)  # flat
+    assert _exponent([10, 40], [2, 4]) == pytest.approx(0.5, abs=1e-12)  # square root
+    # least squares over every point, not the slope between the ends (that would be 1 here):
+    # log2 y = 0, 0, 0, 3 at log2 x = 0, 1, 2, 3 gives 4.5 / 5
+    assert _exponent([1, 2, 4, 8], [1, 1, 1, 8]) == pytest.approx(0.9, abs=1e-12)
+    assert _exponent([5, 5], [1, 2]) is None  # one x: no slope
+
+
+def test_cost_curve_on_known_measurements(monkeypatch):
+    """cost_curve's arithmetic on made-up measurements, the answers worked out by hand: time grows
+    linearly with positions, memory quadratically, the evaluate stage not at all."""
+    from specdraft import bench
+
+    def fake_run(data, flags, memory_limit, preset):
+        k = flags["train_limit"] // 10  # 1, 2, 4
+        run = {"wall_s": 3.0 * k, "peak_rss_bytes": 100 * MB * k * k}
+        results = {"exact_positions_added": 1000 * k, "backoff_positions_added": 900 * k, "train_examples": 10 * k,
+                   "timings_s": {"ngram_tables": 2.0 * k, "evaluate": 0.5, "report": 0.0},
+                   "peak_rss_bytes_by_stage": {"ngram_tables": 50 * MB * k}}
+        return run, results
+
+    monkeypatch.setattr(bench, "run_specdraft", fake_run)
+    curve = bench.cost_curve(FIXTURE, 10, (1, 2, 4), {}, None)
+    points = curve["points"]
+    assert [p["positions"] for p in points] == [1000, 2000, 4000]
+    assert [p["positions_ratio"] for p in points] == [1, 2, 4]
+    assert [p["time_ratio"] for p in points] == [1, 2, 4]
+    assert [p["memory_ratio"] for p in points] == [1, 4, 16]
+    assert [p["seconds_per_million_positions"] for p in points] == pytest.approx([3000, 3000, 3000])
+    growth = curve["growth"]
+    assert growth["time_exponent"] == pytest.approx(1, abs=1e-12)
+    assert growth["memory_exponent"] == pytest.approx(2, abs=1e-12)
+    # a stage that took 0.000 s somewhere has no slope
+    assert growth["stage_time_exponents"] == pytest.approx({"ngram_tables": 1, "evaluate": 0}, abs=1e-12)
+    assert curve["flags"] == {"max_index_positions": 0, "backoff_max_index_positions": 0}
 
 
 def test_cost_curve_table_and_chart(curve_run):

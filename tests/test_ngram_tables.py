@@ -102,7 +102,10 @@ trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), tok
                       min_size=1, max_size=6)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# The same 20 examples on every run (derandomize, as in test_properties.py): a CI failure can be
+# rerun, and a green run does not depend on which examples the draw happened to pick.
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=trace_sets, draft_len=st.integers(1, 4), cap=st.integers(0, 40), top_k=st.integers(1, 3),
        cut=st.integers(0, 12))
 def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut):

