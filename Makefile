@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check specdraft tests
 
 bench: $(STAMP)
-	$(BIN)/python -m specdraft.bench
+	$(BIN)/python -m specdraft.measure.bench
 
 clean:
 	rm -rf warehouse/*.duckdb* warehouse/traces warehouse/samples warehouse/tmp results

@@ -15,10 +15,10 @@ from pathlib import Path
 import click
 
 from specdraft.errors import SpecdraftError
-from specdraft.warehouse import DEFAULT_MEMORY_LIMIT
+from specdraft.pipeline import DEFAULT_DATASET
+from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT
 
 DEFAULT_WAREHOUSE = "warehouse"
-DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
 
 
 def _with_options(options, func):
@@ -68,7 +68,7 @@ def source_options(func):
 
 
 def _memory_size(ctx, param, value: str | None) -> str | None:
-    from specdraft.warehouse import size_bytes
+    from specdraft.warehouse.connection import size_bytes
 
     if value is not None:
         try:
@@ -107,21 +107,27 @@ def _config(kwargs: dict):
     return RunConfig(**{setting.name: kwargs.pop(setting.name) for setting in RunConfig.flags()})
 
 
-def _source(kwargs: dict) -> dict:
-    from specdraft.ingest import ColumnMap
+def _inputs(warehouse: str, memory_limit, debug, kwargs: dict, **source):
+    """The run's inputs from the data, warehouse and engine options (taken out of kwargs); `source`
+    overrides the data options (the demo's sample)."""
+    from specdraft.pipeline import RunInputs
+    from specdraft.sources.ingest import ColumnMap
 
-    data = kwargs.pop("data")
-    return {
-        "data": (data[0] if len(data) == 1 else list(data)) if data else None,
-        "dataset": kwargs.pop("dataset"),
-        "name": kwargs.pop("name"),
-        "columns": ColumnMap(
-            problem=kwargs.pop("problem_column"),
-            problem_source=kwargs.pop("problem_source_column"),
-            reasoning=kwargs.pop("reasoning_column"),
-            split=kwargs.pop("split_column"),
-        ),
-    }
+    if not source:
+        data = kwargs.pop("data")
+        source = {
+            "data": (data[0] if len(data) == 1 else list(data)) if data else None,
+            "dataset": kwargs.pop("dataset"),
+            "name": kwargs.pop("name"),
+            "columns": ColumnMap(
+                problem=kwargs.pop("problem_column"),
+                problem_source=kwargs.pop("problem_source_column"),
+                reasoning=kwargs.pop("reasoning_column"),
+                split=kwargs.pop("split_column"),
+            ),
+        }
+    return RunInputs(Path(warehouse), memory_limit=memory_limit, debug=debug, engine=kwargs.pop("engine", "duckdb"),
+                     spark_master=kwargs.pop("spark_master", None), **source)
 
 
 def handle_errors(func):
@@ -156,20 +162,14 @@ def main() -> None:
     """
 
 
-def _engine(kwargs: dict) -> dict:
-    return {"engine": kwargs.pop("engine", "duckdb"), "spark_master": kwargs.pop("spark_master", None)}
+def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
+    from specdraft.pipeline import run_until
+    from specdraft.report.results import write_outputs
 
-
-def _run(cfg, source: dict, warehouse: str, out: str | None, memory_limit, debug, leave_one_out=False,
-         **engine) -> dict:
-    from specdraft.pipeline import run_all
-    from specdraft.report import write_outputs
-
-    results = run_all(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug,
-                      leave_one_out=leave_one_out, **engine, **source)
+    results = run_until("evaluate", cfg, inputs, leave_one_out=leave_one_out)
     if out:
         write_outputs(results, Path(out))
-    from specdraft.charts import summary_table
+    from specdraft.report.charts import summary_table
 
     click.echo(summary_table(results))
     if out:
@@ -193,7 +193,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
     Stages already built for the same data and settings are reused.
     """
     cfg = _config(kwargs)
-    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, leave_one_out, **_engine(kwargs))
+    _run(cfg, _inputs(warehouse, memory_limit, debug, kwargs), out, leave_one_out)
 
 
 @main.command()
@@ -208,14 +208,13 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 @handle_errors
 def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Run the whole pipeline on a built-in synthetic sample of math reasoning traces (no network)."""
-    from specdraft.synthetic import write_traces_parquet
+    from specdraft.sources.synthetic import write_traces_parquet
 
     cfg = _config(kwargs)
     data = Path(warehouse) / "samples" / f"synthetic_{n_traces}_{seed}.parquet"
     if not data.exists():
         write_traces_parquet(data, n_traces=n_traces, seed=seed)
-    source = {"data": str(data), "dataset": DEFAULT_DATASET, "name": "synthetic", "columns": None}
-    _run(cfg, source, warehouse, out, memory_limit, debug, **_engine(kwargs))
+    _run(cfg, _inputs(warehouse, memory_limit, debug, kwargs, data=str(data), name="synthetic"), out)
 
 
 def stage_command(func):
@@ -227,8 +226,7 @@ def _until(last: str, warehouse, memory_limit, debug, kwargs):
     from specdraft.pipeline import run_until
 
     cfg = _config(kwargs)
-    return run_until(last, cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, **_engine(kwargs),
-                     **_source(kwargs))
+    return run_until(last, cfg, _inputs(warehouse, memory_limit, debug, kwargs))
 
 
 @stage_command
@@ -245,10 +243,10 @@ def ingest(warehouse, memory_limit, debug, append, **kwargs) -> None:
     if not append:
         click.echo(str(_until("ingest", warehouse, memory_limit, debug, kwargs)))
         return
-    from specdraft.append import append_to_dataset
+    from specdraft.sources.append import append_to_dataset
 
-    path, meta = append_to_dataset(_config(kwargs), Path(warehouse), memory_limit=memory_limit, debug=debug,
-                                   **_source(kwargs))
+    cfg = _config(kwargs)
+    path, meta = append_to_dataset(cfg, _inputs(warehouse, memory_limit, debug, kwargs))
     added = meta["appends"][-1]
     splits = ", ".join(f"{split} {n}" for split, n in added["splits"].items())
     click.echo(f"appended {added['traces']} traces ({splits}) to {path.stem}: {meta['rows']} in all", err=True)
@@ -297,11 +295,11 @@ def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
 def evaluate(out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Stage 7: evaluate on eval (every position and decode step) and record the run."""
     cfg = _config(kwargs)
-    _run(cfg, _source(kwargs), warehouse, out, memory_limit, debug, **_engine(kwargs))
+    _run(cfg, _inputs(warehouse, memory_limit, debug, kwargs), out)
 
 
 def _train_sizes(ctx, param, value: str | None) -> tuple[int, ...] | None:
-    from specdraft.scaling import parse_sizes
+    from specdraft.measure.scaling import parse_sizes
 
     try:
         return parse_sizes(value) if value is not None else None
@@ -326,13 +324,12 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
     positions at each size; writes scaling.json and a line chart, scaling.svg. The data is
     ingested once; each size rebuilds the n-gram tables and records a run.
     """
-    from specdraft.scaling import scaling_curve, scaling_table, write_scaling
+    from specdraft.measure.scaling import scaling_curve, scaling_table, write_scaling
 
     cfg = _config(kwargs)
     if train_sizes is not None and cfg.train_limit:
         raise click.UsageError("give --train-sizes or --train-limit (the top of the default series), not both")
-    points = scaling_curve(cfg, Path(warehouse), memory_limit=memory_limit, debug=debug, sizes=train_sizes,
-                           **_source(kwargs))
+    points = scaling_curve(cfg, _inputs(warehouse, memory_limit, debug, kwargs), sizes=train_sizes)
     json_path, svg_path = write_scaling(points, Path(out))
     click.echo(scaling_table(points))
     click.echo(f"wrote {json_path} and {svg_path}", err=True)
@@ -349,9 +346,9 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
 def report(run_id, warehouse, out, debug) -> None:
     """Stage 8: write results.json, the histogram chart and report.html of a recorded run (default:
     the latest). The HTML page is self-contained (works offline)."""
-    from specdraft.charts import summary_table
-    from specdraft.html_report import write_html_report
-    from specdraft.report import load_run, write_outputs
+    from specdraft.report.charts import summary_table
+    from specdraft.report.html import write_html_report
+    from specdraft.report.results import load_run, write_outputs
 
     results = load_run(Path(warehouse), run_id)
     write_outputs(results, Path(out))
@@ -381,7 +378,7 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
     Each dataset's tables are in a schema named after it (gsm8k.candidates); the catalog is
     main.datasets and runs are main.runs. as_text(token_ids) renders tokens as text.
     """
-    from specdraft.analysis import run_query
+    from specdraft.warehouse.analysis import run_query
 
     if (query is None) == (sql_file is None):
         raise click.UsageError("give a QUERY or --file, not both")
@@ -403,10 +400,10 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
     """Show what every source would propose after TEXT: drafts as text, with counts and context lengths."""
     import json
 
-    from specdraft.analysis import default_dataset
     from specdraft.config import RunConfig
-    from specdraft.lookup import lookup as run_lookup
-    from specdraft.warehouse import Warehouse
+    from specdraft.drafters.lookup import lookup as run_lookup
+    from specdraft.warehouse.analysis import default_dataset
+    from specdraft.warehouse.connection import Warehouse
 
     if dataset_name is None:
         with Warehouse(Path(warehouse), read_only=True, memory_limit=None) as wh:
@@ -423,7 +420,7 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
 
 
 def _scales(ctx, param, value: str) -> tuple[int, ...]:
-    from specdraft.bench import parse_scales
+    from specdraft.measure.bench import parse_scales
 
     try:
         return parse_scales(value)
@@ -471,7 +468,7 @@ def bench(data, reference, memory_limit, cost_curve, base_rows, scales, preset, 
     """
     import json
 
-    from specdraft import bench as benchmark
+    from specdraft.measure import bench as benchmark
 
     ctx = click.get_current_context()
     curve_only = [name for name in ("base_rows", "scales", "preset", "out")

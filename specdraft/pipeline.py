@@ -1,342 +1,262 @@
-"""The whole benchmark as one facade: ingest -> tokenize -> traces Parquet -> n-gram tables ->
-candidates -> calibrate -> evaluate -> report.
+"""The whole benchmark as one declared sequence of stages:
 
-Each stage is a function of earlier stages' outputs; `run_all` calls them in order, times them,
-and skips the traces Parquet when the dataset is already in the warehouse with the same tokenizer
-and source.
+    ingest (sources) -> ngram_tables (tables) -> candidates (drafters) -> calibrate (policy)
+    -> evaluate (policy, then the report's results and the runs table)
+
+Each `Stage` is declared once in STAGES: its name, its package (specdraft/<package>/ and
+sql/<package>/ hold the code its output comes from), the settings its output depends on, whether
+its tables are kept in the warehouse, how it builds and what it returns. Build keys, reuse,
+transactions and `mark_built` follow from the declaration (`_run_stage`): a kept stage is rebuilt,
+in one transaction, exactly when its key changes, and the kept stages after it with it.
 """
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import specdraft
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
-from specdraft.progress import say
-from specdraft.warehouse import DEFAULT_MEMORY_LIMIT, Warehouse
+from specdraft.measure.timer import StageTimer
+from specdraft.warehouse import sql_files
+from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT, Warehouse
+
+DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
+ENGINES = ("duckdb", "spark")
+PACKAGE_DIR = Path(specdraft.__file__).resolve().parent
+# Modules every stage's output depends on, besides its package's.
+SHARED_CODE = ("config.py",)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run reads, where it keeps its tables and who builds them (the settings are the
+    RunConfig)."""
+
+    warehouse: Path
+    data: str | list[str] | None = None  # local files; None: the hub dataset (or the stored one)
+    dataset: str = DEFAULT_DATASET  # the hub id when data is None
+    name: str | None = None  # the dataset's name in the warehouse (default: from data or dataset)
+    columns: Any = None  # sources.ingest.ColumnMap (None: the seed's column names)
+    memory_limit: str | None = DEFAULT_MEMORY_LIMIT
+    debug: bool = False
+    engine: str = "duckdb"  # who builds the n-gram tables: duckdb, or spark
+    spark_master: str | None = None
+
+    @property
+    def dataset_name(self) -> str:
+        from specdraft.sources.dataset import dataset_name_for
+
+        return self.name or dataset_name_for(self.data, self.dataset)
 
 
 @dataclass
-class StageTimer:
-    """Each stage's wall seconds and peak resident memory in bytes (stages do not nest).
+class RunState:
+    """What one run's stages hand on to each other."""
 
-    On Linux the kernel's high-water mark (VmHWM) is reset at each stage's start, so a stage's
-    peak is its own rather than the run's so far; elsewhere it is the process's peak so far. The
-    reset also lowers the peak a parent process reads from getrusage, so `process_peak_rss_bytes`
-    keeps the maximum of every reading.
-    """
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    peak_rss_bytes: dict[str, int] = field(default_factory=dict)
-    process_peak_rss_bytes: int = 0
-
-    @contextmanager
-    def stage(self, name: str):
-        import sys
-
-        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, peak_rss_bytes())
-        reset_peak_rss()
-        started = time.perf_counter()
-        if sys.stderr.isatty():
-            print(f"specdraft: {name} ...", file=sys.stderr)
-        yield
-        self.seconds[name] = round(time.perf_counter() - started, 3)
-        self.peak_rss_bytes[name] = peak_rss_bytes()
-        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, self.peak_rss_bytes[name])
+    cfg: RunConfig
+    inputs: RunInputs
+    wh: Warehouse
+    timer: StageTimer
+    run_id: str | None = None
+    leave_one_out: bool = False
+    path: Path | None = None  # the traces Parquet
+    meta: dict | None = None  # its metadata
+    tokenizer: Any = None
+    counters: dict | None = None
+    policy: Any = None
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's peak RSS to its current RSS (Linux); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    package: str  # specdraft/<package>/ and sql/<package>/
+    # What the stage returns (run_until's value when it is the last stage asked for).
+    output: Callable[[RunState], Any]
+    # A kept stage's tables stay in the warehouse: build(run, built_key, key) makes them (inside
+    # the stage's transaction) and returns the key to record, reused while the key holds.
+    build: Callable[[RunState, str | None, str], str] | None = None
+    settings: tuple[str, ...] = ()  # the RunConfig fields its tables depend on
+
+    @property
+    def kept(self) -> bool:
+        return self.build is not None
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory since the last reset: VmHWM on Linux, else ru_maxrss."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import resource
-        import sys
-    except ImportError:  # Windows
-        return 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+def _ingest(run: RunState) -> Path:
+    from specdraft.sources.dataset import ingest_dataset
+
+    inputs = run.inputs
+    run.path, run.meta = ingest_dataset(run.wh, run.cfg, inputs.data, inputs.dataset, inputs.dataset_name,
+                                        inputs.columns)
+    return run.path
 
 
-def dataset_name_for(data: str | None, dataset: str) -> str:
-    """A table-safe dataset name: the local file's stem, or the hub id's last part."""
-    import re
+def _build_ngram_tables(run: RunState, built: str | None, key: str) -> str:
+    """Stage 4 in full, or from the appended traces alone when only they are new."""
+    from specdraft.tables.incremental import update_ngram_tables, update_start, updated_key
+    from specdraft.tables.ngrams import build_ngram_tables
 
-    base = Path(str(data)).stem if data else dataset.rsplit("/", 1)[-1]
-    name = re.sub(r"[^A-Za-z0-9_]", "_", base).strip("_") or "dataset"
-    return name if name[0].isalpha() else f"d_{name}"
+    start = update_start(run.wh, built, key, run.meta)
+    if start is not None:
+        update_ngram_tables(run.wh, run.cfg, run.path, start)
+        return updated_key(key, start)
+    if run.inputs.engine == "spark":  # Spark writes Parquet, loaded here in the transaction
+        from specdraft.tables.spark import build_on_spark, load_into_warehouse
 
-
-def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str, name: str,
-                   columns=None) -> tuple[Path, dict]:
-    """Stages 1-3: read, tokenize and write the traces Parquet, unless it is already there.
-
-    The stored dataset (with any `ingest --append`ed traces) is used when `data` is the input it
-    was first ingested from, unchanged, or when `data` is None and it came from local files; a
-    changed input is ingested afresh, replacing it.
-    """
-    from specdraft.ingest import ColumnMap, read_traces
-    from specdraft.tokenizer import load_tokenizer
-    from specdraft.traces import read_metadata, traces_path, write_traces
-
-    path = traces_path(wh.traces_dir, name)
-    source = source_signature(data, dataset, columns)
-    tokenizer = load_tokenizer(cfg.tokenizer)
-    meta = read_metadata(path) if path.exists() else None
-    if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
-        raise SpecdraftError(
-            f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
-            f"use another --name for {cfg.tokenizer}"
-        )
-    if not _use_stored(meta, data, source):
-        if meta is not None and meta.get("appends"):
-            say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
-                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)")
-        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
-        meta = read_metadata(path)
-    elif wh.has_table("vocab") and _cataloged_traces(wh, name) == meta.get("rows"):
-        return path, meta  # already ingested and registered
-    register_dataset(wh, name, path, meta, tokenizer)
-    return path, meta
+        spark_dir = run.wh.root / "spark" / run.inputs.dataset_name
+        tables = build_on_spark(run.cfg, run.path, spark_dir, run.inputs.spark_master, run.inputs.memory_limit)
+        load_into_warehouse(run.wh, spark_dir, tables)
+    else:
+        build_ngram_tables(run.wh, run.cfg, run.path)
+    return key
 
 
-def _use_stored(meta: dict | None, data, source: str) -> bool:
-    """Is the stored dataset the one asked for? See ingest_dataset."""
-    import json
+def _index_counters(run: RunState) -> dict:
+    from specdraft.tables.ngrams import index_counters
 
-    if meta is None:
-        return False
-    if meta.get("source") == source:
-        return True
-    try:
-        from_hub = "hub" in json.loads(meta.get("source") or "{}")
-    except ValueError:
-        from_hub = False
-    return data is None and not from_hub
+    run.counters = index_counters(run.wh, run.cfg)
+    return run.counters
 
 
-def _cataloged_traces(wh: Warehouse, name: str) -> int | None:
-    """The dataset's traces in the catalog (differs from the file only if an append was killed
-    between its rename and its commit: then the catalog is brought up to date)."""
-    if not wh.has_table("datasets", "main"):
-        return None
-    rows = wh.query("warehouse/dataset_traces", {"name": name}).fetchall()
-    return rows[0][0] if rows else None
+def _build_candidates(run: RunState, built: str | None, key: str) -> str:
+    from specdraft.drafters.candidates import build_candidates
+
+    build_candidates(run.wh, run.cfg, _tokenizer(run), run.path)
+    return key
 
 
-
-def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
-    """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog."""
-    from specdraft.tokenizer import vocab_table
-
-    with wh.transaction("register_dataset"):
-        wh.store("vocab", vocab_table(tokenizer))
-        wh.create_text_macro()
-        record_dataset_version(wh, name, path, meta, meta.get("source"))
+def _candidate_counts(run: RunState) -> dict:
+    return {"candidates": run.wh.row_count("candidates"), "query_positions": run.wh.row_count("query_positions")}
 
 
-def record_dataset_version(wh: Warehouse, name: str, path: Path, meta: dict, source: str | None) -> None:
-    """A row in main.dataset_versions: an ingest (source: the input's signature) or an append
-    (source: a JSON record of the appended input, version and rows per split)."""
-    wh.materialize(
-        "warehouse/dataset_versions",
-        {
-            "name": name,
-            "traces_path": str(path),
-            "tokenizer": meta.get("tokenizer"),
-            "tokenizer_fingerprint": meta.get("tokenizer_fingerprint"),
-            "source": source,
-            "traces": meta.get("rows"),
-        },
-        append=wh.has_table("dataset_versions", "main"),
-        schema="main",
-    )
-    wh.materialize("warehouse/datasets", view=True, schema="main", persistent_view=True)
+def _calibrate(run: RunState):
+    from specdraft.policy import policy_for
+
+    run.policy = policy_for(run.cfg.preset).calibrate(run.wh, run.cfg)
+    return run.policy
 
 
-def source_signature(data: str | None, dataset: str, columns) -> str:
-    """Identifies the input: the file's path, size and modification time, or the hub id."""
-    import json
-    import os
+def _evaluate(run: RunState) -> dict:
+    """The policy on eval, then the results (with the leave-one-out refits if asked), recorded."""
+    from specdraft.report.results import build_results, dropped_traces, record_run
 
-    if data is None:
-        return json.dumps({"hub": dataset, "columns": repr(columns)})
-    paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    stats = []
-    for p in paths:
-        p = Path(p)
-        files = sorted(p.iterdir()) if p.is_dir() else [p]
-        stats += [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
-    return json.dumps({"files": stats, "columns": repr(columns)})
+    evaluation = run.policy.evaluate(run.wh, run.cfg, _tokenizer(run), run.path)
+    run.timer.finish()
+    results = build_results(run.wh, run.cfg, run.inputs.dataset_name, run.meta, run.counters, run.policy,
+                            evaluation, run.timer.seconds)
+    results["peak_rss_bytes_by_stage"] = run.timer.peak_rss_bytes
+    results["dropped_empty_completions"] = dropped_traces(run.wh, run.cfg, run.path)
+    if run.leave_one_out:
+        with run.timer.stage("leave_one_out"):
+            results["leave_one_out"] = run.policy.leave_one_out(run.wh, run.cfg, results)
+    with run.wh.transaction("record_run"):
+        record_run(run.wh, results, run.run_id, evaluation.positions)
+    return results
 
 
-ENGINES = ("duckdb", "spark")
-STAGES = ("ingest", "ngram_tables", "candidates", "calibrate", "evaluate")
-# Settings each stage's output depends on (besides the traces file and earlier stages).
-STAGE_SETTINGS = {
-    "ngram_tables": (
+STAGES = (
+    Stage("ingest", "sources", output=_ingest),
+    Stage("ngram_tables", "tables", output=_index_counters, build=_build_ngram_tables, settings=(
         "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
         "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
         "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit",
-    ),
-    "candidates": ("backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset",
-                   "online"),
-}
+    )),
+    Stage("candidates", "drafters", output=_candidate_counts, build=_build_candidates, settings=(
+        "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",
+    )),
+    Stage("calibrate", "policy", output=_calibrate),
+    Stage("evaluate", "policy", output=_evaluate),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
 
-def _build_key(cfg: RunConfig, meta: dict, name: str, stage: str) -> str:
-    """What a stage's tables were built from: dataset, traces file (and the version of it, after
-    appends), and the settings up to it."""
-    from specdraft.incremental import covered_key
+def _tokenizer(run: RunState):
+    from specdraft.sources.tokenizer import load_tokenizer
 
-    fields: tuple[str, ...] = ()
-    for earlier in ("ngram_tables", "candidates"):
-        fields += STAGE_SETTINGS[earlier]
-        if earlier == stage:
-            break
+    run.tokenizer = run.tokenizer or load_tokenizer(run.cfg.tokenizer)
+    return run.tokenizer
+
+
+def _earlier(stage: Stage) -> tuple[Stage, ...]:
+    """The stages up to and including `stage`."""
+    return STAGES[: STAGES.index(stage) + 1]
+
+
+def code_fingerprint(stage: Stage) -> str:
+    """Changes whenever the Python or SQL of a stage or of an earlier one changes (every file of
+    their packages' folders, specdraft/<package>/ and sql/<package>/), so a rerun after an upgrade
+    rebuilds instead of reusing tables made by older code."""
+    files: list[Path] = [PACKAGE_DIR / name for name in SHARED_CODE]
+    for earlier in dict.fromkeys(s.package for s in _earlier(stage)):
+        for root, pattern in ((PACKAGE_DIR / earlier, "*.py"), (sql_files.SQL_DIR / earlier, "*.sql")):
+            files += sorted(root.rglob(pattern))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def build_key(stage: Stage, run: RunState) -> str:
+    """What a kept stage's tables are built from: the dataset, its traces file (and the version of
+    it, after appends), the settings of the stages up to it, and their code."""
+    from specdraft.tables.incremental import covered_key
+
+    fields = tuple(field for s in _earlier(stage) for field in s.settings)
+    meta = run.meta
     return covered_key(
-        f"{name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}:{cfg.fingerprint(*fields)}"
-        f":{code_fingerprint(stage)}",
+        f"{run.inputs.dataset_name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}"
+        f":{run.cfg.fingerprint(*fields)}:{code_fingerprint(stage)}",
         meta,
     )
 
 
-# The code each stage's tables come from (its own and the earlier stages').
-STAGE_CODE = {
-    "ngram_tables": ("sql/traces", "sql/ngrams", "sql/incremental", "ngrams.py", "incremental.py", "hashing.py",
-                     "traces.py"),
-    "candidates": ("sql/candidates", "candidates.py", "backoff_walk.py", "autocomplete.py"),
-}
+def _run_stage(stage: Stage, run: RunState):
+    """One stage: (re)build its tables if it keeps any and its key changed, then its output."""
+    from specdraft.tables.incremental import same_build
 
-
-def code_fingerprint(stage: str) -> str:
-    """Changes whenever the SQL or Python that builds a stage's tables changes, so a rerun after an
-    upgrade rebuilds instead of reusing tables made by older code."""
-    import hashlib
-
-    from specdraft.warehouse import SQL_DIR
-
-    package = Path(__file__).resolve().parent
-    parts: list[str] = []
-    for earlier, code in STAGE_CODE.items():
-        parts += code
-        if earlier == stage:
-            break
-    digest = hashlib.sha256()
-    for part in parts:
-        path = SQL_DIR / part.removeprefix("sql/") if part.startswith("sql/") else package / part
-        for file in sorted(path.rglob("*.sql")) if path.is_dir() else [path]:
-            digest.update(file.name.encode() + file.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def run_until(last: str, cfg: RunConfig, warehouse: Path, data: str | None, dataset: str,
-              name: str | None = None, columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
-              debug: bool = False, timer: StageTimer | None = None, run_id: str | None = None,
-              leave_one_out: bool = False, engine: str = "duckdb", spark_master: str | None = None):
-    """Run the stages up to and including `last`, reusing tables already built for the same inputs.
-
-    engine="spark" builds the stage-4 tables on Spark (spark_build.py) and loads them into the
-    warehouse; the tables equal DuckDB's, so tables already built are reused whichever engine made them.
-
-    Returns that stage's output: counters (ngram_tables), candidate counts (candidates), the
-    policy (calibrate) or the results dict (evaluate).
-    """
-    from specdraft.candidates import build_candidates
-    from specdraft.incremental import same_build, update_ngram_tables, update_start, updated_key
-    from specdraft.ngrams import build_ngram_tables, index_counters
-    from specdraft.policy import policy_for
-    from specdraft.report import build_results, record_run
-    from specdraft.tokenizer import load_tokenizer
-
-    if last not in STAGES:
-        raise SpecdraftError(f"unknown stage {last!r}; stages: {', '.join(STAGES)}")
-    if engine not in ENGINES:
-        raise SpecdraftError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
-    if engine == "spark":
-        from specdraft.spark_build import build_on_spark, load_into_warehouse
-    timer = timer or StageTimer()
-    name = name or dataset_name_for(data, dataset)
-    started = time.perf_counter()
-    with Warehouse(Path(warehouse), memory_limit=memory_limit, debug=debug, dataset=name) as wh:
-        with timer.stage("ingest"):
-            path, meta = ingest_dataset(wh, cfg, data, dataset, name, columns)
-        if last == "ingest":
-            return path
-        tokenizer = load_tokenizer(cfg.tokenizer)
-        with timer.stage("ngram_tables"):
-            key = _build_key(cfg, meta, name, "ngram_tables")
-            built = wh.built_with("ngram_tables")
+    with run.timer.stage(stage.name):
+        if stage.kept:
+            key = build_key(stage, run)
+            built = run.wh.built_with(stage.name)
             if not same_build(built, key):
-                # traces appended since the tables were built (same settings, code): add just them
-                start = update_start(wh, built, key, meta)
-                spark_dir = wh.root / "spark" / name
-                if start is None and engine == "spark":  # Spark writes Parquet; the load is transactional
-                    spark_tables = build_on_spark(cfg, path, spark_dir, spark_master, memory_limit)
-                with wh.transaction("ngram_tables"):
-                    if start is not None:
-                        update_ngram_tables(wh, cfg, path, start)
-                    elif engine == "spark":
-                        load_into_warehouse(wh, spark_dir, spark_tables)
-                    else:
-                        build_ngram_tables(wh, cfg, path)
-                    wh.mark_built("ngram_tables", key if start is None else updated_key(key, start))
-                    wh.mark_built("candidates", None)
-            counters = index_counters(wh, cfg)
-        if last == "ngram_tables":
-            return counters
-        with timer.stage("candidates"):
-            key = _build_key(cfg, meta, name, "candidates")
-            if wh.built_with("candidates") != key:
-                with wh.transaction("candidates"):
-                    build_candidates(wh, cfg, tokenizer, path)
-                    wh.mark_built("candidates", key)
-        if last == "candidates":
-            return {"candidates": wh.row_count("candidates"), "query_positions": wh.row_count("query_positions")}
-        with timer.stage("calibrate"):
-            policy = policy_for(cfg.preset).calibrate(wh, cfg)
-        if last == "calibrate":
-            return policy
-        with timer.stage("evaluate"):
-            evaluation = policy.evaluate(wh, cfg, tokenizer, path)
-        timer.seconds["total"] = round(time.perf_counter() - started, 3)
-        timer.peak_rss_bytes["total"] = timer.process_peak_rss_bytes
-        results = build_results(wh, cfg, name, meta, counters, policy, evaluation, timer.seconds)
-        results["peak_rss_bytes_by_stage"] = timer.peak_rss_bytes
-        dropped = wh.query("traces/dropped_traces", {
-            "traces_path": str(path), "train_limit": cfg.train_limit,
-            "calibration_limit": cfg.calibration_limit, "eval_limit": cfg.eval_limit,
-        }).fetchall()
-        results["dropped_empty_completions"] = {split: int(n) for split, n in dropped}
-        if leave_one_out:
-            with timer.stage("leave_one_out"):
-                results["leave_one_out"] = policy.leave_one_out(wh, cfg, results)
-        with wh.transaction("record_run"):
-            record_run(wh, results, run_id, evaluation.positions)
-        return results
+                with run.wh.transaction(stage.name):
+                    run.wh.mark_built(stage.name, stage.build(run, built, key))
+                    for later in STAGES[STAGES.index(stage) + 1:]:
+                        if later.kept:  # built from the old tables: rebuild them too
+                            run.wh.mark_built(later.name, None)
+        return stage.output(run)
 
 
-def run_all(cfg: RunConfig, warehouse: Path, data: str | None, dataset: str, name: str | None = None,
-            columns=None, memory_limit: str | None = DEFAULT_MEMORY_LIMIT, debug: bool = False,
-            leave_one_out: bool = False, engine: str = "duckdb", spark_master: str | None = None) -> dict:
-    """Run every stage; return the results dict (see report.build_results)."""
-    return run_until("evaluate", cfg, warehouse, data, dataset, name, columns, memory_limit, debug,
-                     leave_one_out=leave_one_out, engine=engine, spark_master=spark_master)
+def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | None = None,
+              run_id: str | None = None, leave_one_out: bool = False):
+    """Run the stages up to and including `last`, reusing tables already built for the same
+    inputs; return that stage's output: the traces path (ingest), the index counters
+    (ngram_tables), the candidate counts (candidates), the policy (calibrate) or the results
+    dict (evaluate).
+
+    engine="spark" builds the stage-4 tables on Spark and loads them into the warehouse; the
+    tables equal DuckDB's, so tables already built are reused whichever engine made them.
+    """
+    if last not in STAGE_NAMES:
+        raise SpecdraftError(f"unknown stage {last!r}; stages: {', '.join(STAGE_NAMES)}")
+    if inputs.engine not in ENGINES:
+        raise SpecdraftError(f"unknown engine {inputs.engine!r}; engines: {', '.join(ENGINES)}")
+    with Warehouse(Path(inputs.warehouse), memory_limit=inputs.memory_limit, debug=inputs.debug,
+                   dataset=inputs.dataset_name) as wh:
+        run = RunState(cfg, inputs, wh, timer or StageTimer(), run_id, leave_one_out)
+        for stage in STAGES[: STAGE_NAMES.index(last) + 1]:
+            output = _run_stage(stage, run)
+        return output
+
+
+def run_all(cfg: RunConfig, warehouse: Path, data: str | list[str] | None = None, dataset: str = DEFAULT_DATASET,
+            leave_one_out: bool = False, **inputs) -> dict:
+    """Every stage; the results dict (report.results.build_results). Shorthand for
+    run_until("evaluate", cfg, RunInputs(warehouse, data, dataset, **inputs))."""
+    return run_until("evaluate", cfg, RunInputs(Path(warehouse), data, dataset, **inputs),
+                     leave_one_out=leave_one_out)

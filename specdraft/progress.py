@@ -18,7 +18,8 @@ def progress(items: Iterable[T], desc: str, unit: str = "it", total: int | None 
     yield from tqdm(items, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False)
 
 
-def say(message: str) -> None:
-    """One progress message on stderr (stdout carries data only)."""
-    if sys.stderr.isatty():
+def say(message: str, always: bool = False) -> None:
+    """One message on stderr (stdout carries data only): progress only on a terminal; with
+    always=True (a warning the user must see), in scripts and logs too."""
+    if always or sys.stderr.isatty():
         print(f"specdraft: {message}", file=sys.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specdraft.traces import METADATA_KEY
+from specdraft.sources.traces import METADATA_KEY
 
 
 def write_token_traces(path: Path, traces: list[tuple[str, list[int], list[int]]]) -> Path:

@@ -24,9 +24,9 @@ from click.testing import CliRunner
 
 from specdraft.cli import main
 from specdraft.config import RunConfig
-from specdraft.ngrams import build_ngram_tables
 from specdraft.pipeline import run_all
-from specdraft.warehouse import Warehouse
+from specdraft.tables.ngrams import build_ngram_tables
+from specdraft.warehouse.connection import Warehouse
 
 from .conftest import FIXTURES
 from .test_parity import build_state, max_rank, rebuilt
@@ -71,11 +71,11 @@ def split_fixture(tmp_path, *cuts: dict[str, int]) -> list:
 def tables(root, name: str = "ds", map_ids: bool = True) -> dict[str, list[tuple]]:
     """Every stage-4 table, all columns, sorted; trace ids as (split, split_row) when map_ids."""
     with Warehouse(root, read_only=True, dataset=name) as wh:
-        ids = {t: (s, r) for t, s, r in wh.con.execute("select trace_id, split, split_row from selected_traces")
+        ids = {t: (s, r) for t, s, r in wh.run_text("select trace_id, split, split_row from selected_traces")
                .fetchall()}
         out = {}
         for table in STAGE_4:
-            result = wh.con.execute(f"select * from {table}")
+            result = wh.run_text(f"select * from {table}")
             columns = [c[0] for c in result.description]
             rows = [list(row) for row in result.fetchall()]
             for i, column in enumerate(columns):
@@ -180,7 +180,7 @@ def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_
     assert rebuilt(state, build_state(root, "ds")) == {"ngram_tables", "candidates"}
     assert "|updated_from=" not in latest_build_key(root) and max_rank(root, "ds") == 2
     with Warehouse(root, read_only=True) as wh:
-        versions = wh.con.execute(
+        versions = wh.run_text(
             "select traces, source from main.dataset_versions where name = 'ds' order by ingested_at").fetchall()
     assert [v[0] for v in versions] == [42, total]
     assert json.loads(versions[1][1])["splits"] == {"train": 12, "calibration": 3, "eval": 3}
@@ -190,7 +190,7 @@ def _state(root) -> tuple:
     """The dataset's traces file and catalog rows."""
     data = (root / "traces" / "ds.parquet").read_bytes()
     with Warehouse(root, read_only=True) as wh:
-        catalog = wh.con.execute("select * from main.dataset_versions order by ingested_at").fetchall()
+        catalog = wh.run_text("select * from main.dataset_versions order by ingested_at").fetchall()
     return data, catalog
 
 
@@ -228,7 +228,7 @@ def test_append_needs_an_existing_dataset_and_new_rows(tmp_path, ingested):
 
 
 def test_a_failed_append_changes_nothing(ingested, monkeypatch):
-    import specdraft.append
+    import specdraft.sources.append
 
     root, extra = ingested
     before = _state(root)
@@ -236,7 +236,7 @@ def test_a_failed_append_changes_nothing(ingested, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(specdraft.append, "record_dataset_version", fail)
+    monkeypatch.setattr(specdraft.sources.append, "record_dataset_version", fail)
     with pytest.raises(OSError):
         cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root)
     assert _state(root) == before
@@ -289,9 +289,9 @@ def test_a_changed_original_input_replaces_the_dataset_and_its_appends(tmp_path)
     assert traces.num_rows == changed.height and "appends" not in json.loads(
         traces.schema.metadata[b"specdraft"])
     with Warehouse(root, read_only=True) as wh:
-        versions = wh.con.execute("select traces, source from main.dataset_versions where name = 'ds' "
+        versions = wh.run_text("select traces, source from main.dataset_versions where name = 'ds' "
                                   "order by ingested_at").fetchall()
-        catalog = wh.con.execute("select traces from main.datasets where name = 'ds'").fetchall()
+        catalog = wh.run_text("select traces from main.datasets where name = 'ds'").fetchall()
     appended = original.height + pq.read_metadata(extra).num_rows
     assert [v[0] for v in versions] == [original.height, appended, changed.height]
     assert catalog == [(changed.height,)]

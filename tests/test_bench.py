@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from specdraft.bench import DEFAULT_REFERENCE, format_stages
 from specdraft.cli import main
-from specdraft.pipeline import STAGES, StageTimer, reset_peak_rss
+from specdraft.measure.bench import DEFAULT_REFERENCE, format_stages
+from specdraft.measure.timer import StageTimer, reset_peak_rss
+from specdraft.pipeline import STAGE_NAMES as STAGES
 
 from .conftest import FIXTURES
 
@@ -55,7 +56,7 @@ ALLOCATING_CHILD = "import sys; import numpy as np; block = np.ones(int(sys.argv
 def test_measure_reports_the_childs_peak():
     """bench.measure reads the peak of a child from outside (getrusage in its wrapper): a child that
     writes 200 MB more than an otherwise identical one peaks 200 MB higher."""
-    from specdraft.bench import measure
+    from specdraft.measure.bench import measure
 
     idle = measure([sys.executable, "-c", ALLOCATING_CHILD, "0"])
     busy = measure([sys.executable, "-c", ALLOCATING_CHILD, str(ALLOCATE)])
@@ -67,18 +68,18 @@ def test_measure_reports_the_childs_peak():
 FALLBACK_CHILD = """
 import json, resource, sys
 import numpy as np
-from specdraft import pipeline
+from specdraft.measure import timer as measure_timer
 
 def no_proc(path, *args, **kwargs):
     raise OSError(f"{path}: not here")
 
-def resident():  # read here, past the patch below, which hides /proc from specdraft.pipeline only
+def resident():  # read here, past the patch below, which hides /proc from specdraft.measure.timer only
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
-pipeline.open = no_proc  # no /proc: no reset, and peaks come from ru_maxrss
-assert not pipeline.reset_peak_rss()
-timer = pipeline.StageTimer()
+measure_timer.open = no_proc  # no /proc: no reset, and peaks come from ru_maxrss
+assert not measure_timer.reset_peak_rss()
+timer = measure_timer.StageTimer()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 with timer.stage("only"):
     resident_at_start = resident()
@@ -96,7 +97,7 @@ def test_stage_peak_without_proc_falls_back_to_the_process_peak():
 
     The child runs under bench.measure's small wrapper: on Linux a process starts with its parent's
     peak (ru_maxrss survives fork and exec), and this test process may have peaked far higher."""
-    from specdraft.bench import measure
+    from specdraft.measure.bench import measure
 
     child = measure([sys.executable, "-c", FALLBACK_CHILD, str(ALLOCATE)])
     assert child["returncode"] == 0, child["stderr"]
@@ -141,7 +142,7 @@ def test_cost_curve_points_grow_with_scale(curve_run):
 
 
 def test_exponent_of_known_growth():
-    from specdraft.bench import _exponent
+    from specdraft.measure.bench import _exponent
 
     xs = [1_000, 2_000, 4_000, 8_000]
     assert _exponent(xs, [3 * x for x in xs]) == pytest.approx(1, abs=1e-12)  # linear
@@ -157,7 +158,7 @@ def test_exponent_of_known_growth():
 def test_cost_curve_on_known_measurements(monkeypatch):
     """cost_curve's arithmetic on made-up measurements, the answers worked out by hand: time grows
     linearly with positions, memory quadratically, the evaluate stage not at all."""
-    from specdraft import bench
+    from specdraft.measure import bench
 
     def fake_run(data, flags, memory_limit, preset):
         k = flags["train_limit"] // 10  # 1, 2, 4

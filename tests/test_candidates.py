@@ -11,14 +11,14 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from specdraft import confidence, evaluate
-from specdraft.autocomplete import SpanIndex, span_prefix_map
 from specdraft.config import RunConfig
+from specdraft.drafters.autocomplete import SpanIndex, span_prefix_map
+from specdraft.drafters.families import NAMES as FAMILIES
+from specdraft.drafters.families import SEED as SEED_FAMILIES
 from specdraft.errors import SpecdraftError
-from specdraft.families import NAMES as FAMILIES
-from specdraft.families import SEED as SEED_FAMILIES
 from specdraft.pipeline import run_until
-from specdraft.synthetic import generate_traces
+from specdraft.policy import confidence, evaluate
+from specdraft.sources.synthetic import generate_traces
 
 from .conftest import FIXTURES
 from .helpers import write_text_traces
@@ -119,13 +119,13 @@ def _candidates(tmp_path, second_half, cfg):
     warehouse = tmp_path / "wh"
     with recorded_evaluations() as kept:
         run_until("evaluate", cfg, warehouse, str(data), "unused", name="leak")
-    from specdraft.warehouse import Warehouse
+    from specdraft.warehouse.connection import Warehouse
 
     with Warehouse(warehouse, read_only=True, dataset="leak") as wh:
-        trace_id, prompt_len, tokens = wh.con.execute(
+        trace_id, prompt_len, tokens = wh.run_text(
             "select trace_id, prompt_len, tokens from selected_traces where split = 'eval' "
             "order by trace_id desc limit 1").fetchall()[0]
-        rows = wh.con.execute(
+        rows = wh.run_text(
             "select pos, family, source, draft from candidates where trace_id = ? order by pos, source", [trace_id]
         ).fetchall()
     (evaluation,) = kept
@@ -186,7 +186,7 @@ def test_features_do_not_read_the_label(tmp_path):
     """Rewrite every draft's accepted length and rebuild candidate_features: the confidence model's
     input, and so its predictions, stay the same. Whatever the SQL derives a feature from, it is not
     the label."""
-    from specdraft.warehouse import Warehouse
+    from specdraft.warehouse.connection import Warehouse
 
     cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
     policy = run_until("calibrate", cfg, tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused")
@@ -198,8 +198,8 @@ def test_features_do_not_read_the_label(tmp_path):
 
     with Warehouse(tmp_path, dataset="parity_traces") as wh:
         inputs, labels = model_input(wh)
-        wh.con.execute("update candidates set accepted = ? - accepted", [cfg.draft_len])
-        wh.materialize("candidates/candidate_features")
+        wh.run_text("update candidates set accepted = ? - accepted", [cfg.draft_len])
+        wh.materialize("drafters/candidate_features")
         scrambled_inputs, scrambled_labels = model_input(wh)
     assert labels != scrambled_labels
     for before, after in zip(inputs, scrambled_inputs):
@@ -214,13 +214,13 @@ def test_ngram_drafts_are_real_train_continuations(tmp_path):
                      table.column("raw_reasoning").to_pylist()))
     data = write_text_traces(tmp_path / "in.parquet", rows)
     run_until("candidates", CFG, tmp_path / "wh", str(data), "unused", name="real")
-    from specdraft.warehouse import Warehouse
+    from specdraft.warehouse.connection import Warehouse
 
     with Warehouse(tmp_path / "wh", read_only=True, dataset="real") as wh:
-        tokens = dict(wh.con.execute("select trace_id, tokens from selected_traces").fetchall())
-        split = dict(wh.con.execute("select trace_id, split from selected_traces").fetchall())
+        tokens = dict(wh.run_text("select trace_id, tokens from selected_traces").fetchall())
+        split = dict(wh.run_text("select trace_id, split from selected_traces").fetchall())
         # ordered, so the 300 checked below are the same drafts on every run
-        ngram = wh.con.execute("select trace_id, pos, ctx_len, draft from candidates where family = 'ngram' "
+        ngram = wh.run_text("select trace_id, pos, ctx_len, draft from candidates where family = 'ngram' "
                                "order by trace_id, pos, source").fetchall()
     assert len(ngram) > 100
     train = [t for t, s in split.items() if s == "train"]

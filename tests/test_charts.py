@@ -1,4 +1,4 @@
-"""Tests for the histogram SVG and the stdout summary table (specdraft.charts)."""
+"""Tests for the histogram SVG and the stdout summary table (specdraft.report.charts)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from specdraft.charts import histogram_svg, summary_table, write_histogram_svg
+from specdraft.report.charts import histogram_svg, summary_table, write_histogram_svg
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 DATASET = "toy <&> traces"

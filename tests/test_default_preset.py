@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specdraft.confidence import SELECTABLE
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.pipeline import run_all
+from specdraft.policy.confidence import SELECTABLE
 
 from .conftest import FIXTURES
 
@@ -47,11 +47,11 @@ def _selected_without(warehouse, family: str | None) -> float:
     family's rows are dropped in SQL (they still count in the other drafts' agreement features, as
     in the pipeline), a fresh model is fitted on the calibration rows left, and each eval position's
     pick (the first highest prediction among the selectable drafts) is made in plain Python."""
-    from specdraft.confidence import ConfidencePolicy
-    from specdraft.warehouse import Warehouse
+    from specdraft.policy.confidence import ConfidencePolicy
+    from specdraft.warehouse.connection import Warehouse
 
     def features(split):
-        return wh.con.sql(
+        return wh.run_text(
             "select * from candidate_features where split = $split and family is distinct from $family "
             "order by trace_id, pos, family_order, ctx_len", params={"split": split, "family": family},
         ).to_arrow_table()
@@ -60,7 +60,7 @@ def _selected_without(warehouse, family: str | None) -> float:
         wh.use_dataset("parity_traces")
         policy = ConfidencePolicy.fit(features("calibration"))
         drafts = features("eval")
-        positions = wh.con.execute("select sum(n_tokens - prompt_len) from selected_traces "
+        positions = wh.run_text("select sum(n_tokens - prompt_len) from selected_traces "
                                    "where split = 'eval'").fetchall()[0][0]
     best: dict[tuple[int, int], tuple[float, int]] = {}
     rows = zip(drafts.column("trace_id").to_pylist(), drafts.column("pos").to_pylist(),
@@ -102,7 +102,7 @@ def test_online_scenario_reads_only_earlier_traces(tmp_path):
     changes no online draft of an earlier one."""
     import pyarrow.parquet as pq
 
-    from specdraft.warehouse import Warehouse
+    from specdraft.warehouse.connection import Warehouse
 
     table = pq.read_table(FIXTURES / "parity_traces.parquet")
     changed = table.to_pylist()
@@ -114,8 +114,8 @@ def test_online_scenario_reads_only_earlier_traces(tmp_path):
         results = run_all(RunConfig(online=True, **FLAGS), tmp_path / name, str(path), "unused", name="online")
         assert results["scenario"] == "online" and results["per_source"]["online"]["proposed"] > 0
         with Warehouse(tmp_path / name, read_only=True, dataset="online") as wh:
-            last = wh.con.execute("select max(trace_id) from selected_traces where split = 'eval'").fetchall()[0][0]
-            rows = wh.con.execute(
+            last = wh.run_text("select max(trace_id) from selected_traces where split = 'eval'").fetchall()[0][0]
+            rows = wh.run_text(
                 "select trace_id, pos, source, draft from candidates where family = 'online' and trace_id < ? "
                 "order by all", [last]).fetchall()
         drafts.append(rows)

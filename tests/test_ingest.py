@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specdraft import ingest
 from specdraft.errors import SpecdraftError
-from specdraft.ingest import PY_WHITESPACE, SPLITS, TRACE_SCHEMA, ColumnMap, read_traces
+from specdraft.sources import ingest
+from specdraft.sources.ingest import PY_WHITESPACE, SPLITS, TRACE_SCHEMA, ColumnMap, read_traces
 
 ROWS = [
     {"problem": "P0", "problem_source": "amc", "raw_reasoning": "  r0 \n", "split": "train"},

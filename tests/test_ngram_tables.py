@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
-from specdraft.hashing import window_key
-from specdraft.ngrams import build_ngram_tables, index_counters
-from specdraft.warehouse import Warehouse
+from specdraft.tables.hashing import window_key
+from specdraft.tables.ngrams import build_ngram_tables, index_counters
+from specdraft.warehouse.connection import Warehouse
 
 from . import oracle
 from .helpers import write_token_traces
@@ -34,8 +34,8 @@ def build(tmp_path, traces, cfg):
 
 
 def sql_exact(wh):
-    tokens = dict(wh.con.execute("select trace_id, tokens from selected_traces").fetchall())
-    rows = wh.con.execute(
+    tokens = dict(wh.run_text("select trace_id, tokens from selected_traces").fetchall())
+    rows = wh.run_text(
         "select ctx_len, ctx_hash, rank, count, src_trace_id, src_pos from exact_continuations order by all"
     ).fetchall()
     return rows, tokens
@@ -62,12 +62,12 @@ def check_backoff(wh, traces, cfg):
     kept = oracle.selected(traces, cfg.max_completion_tokens)
     train = [full for split, full, _ in kept if split == "train"]
     expected, added = oracle.backoff_table(train, cfg.backoff_context_lengths, cfg.backoff_max_index_positions)
-    rows = wh.con.execute("select ctx_len, ctx_hash, token_id, count from backoff_next_tokens").fetchall()
+    rows = wh.run_text("select ctx_len, ctx_hash, token_id, count from backoff_next_tokens").fetchall()
     got: dict[tuple[int, int], dict[int, int]] = {}
     for ctx_len, ctx_hash, token, count in rows:
         got.setdefault((ctx_len, ctx_hash), {})[token] = count
     assert got == {(length, window_key(ctx)): dict(c) for (length, ctx), c in expected.items()}
-    top = {(l, h): (t, n, total) for l, h, t, n, total in wh.con.execute(
+    top = {(l, h): (t, n, total) for l, h, t, n, total in wh.run_text(
         "select ctx_len, ctx_hash, token_id, count, total from backoff_top_tokens").fetchall()}
     for (length, ctx), counter in expected.items():
         token, count = counter.most_common(1)[0]
@@ -83,7 +83,7 @@ def test_hand_made_tables(tmp_path):
     check_backoff(wh, HAND_MADE, cfg)
     # hand count (responses cut to 7 tokens): context (1, 2) is followed by (3, 1, 2) twice in the
     # first trace and once in the fifth, and by (4, 1, 2) once in the fifth
-    counts = wh.con.execute(
+    counts = wh.run_text(
         "select count from exact_continuations where ctx_len = 2 and ctx_hash = ? order by rank", [window_key([1, 2])]
     ).fetchall()
     assert counts == [(3,), (1,)]

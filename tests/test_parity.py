@@ -165,23 +165,27 @@ def test_a_changed_policy_setting_rebuilds_no_table(built):
 
 
 def test_a_changed_code_file_rebuilds_its_stage_and_the_later_ones(tmp_path, monkeypatch):
-    """pipeline.code_fingerprint hashes the sql/ and specdraft/ files next to pipeline.py. Pointed
-    at a copy of the tree, an edit of one file (a comment) rebuilds the stage whose code it is
-    (STAGE_CODE) and the stages after it, but no earlier stage; a file of a later stage, none."""
-    from specdraft import pipeline, warehouse
+    """pipeline.code_fingerprint hashes every file of a kept stage's package and of the earlier
+    stages' (specdraft/<package>/ and sql/<package>/). Pointed at a copy of the tree, an edit of one
+    file (a comment) rebuilds the stage whose package it is in and the stages after it, but no
+    earlier stage; a file of a later stage's package, none."""
+    from specdraft import pipeline
+    from specdraft.warehouse import sql_files
 
-    package = Path(pipeline.__file__).resolve().parent
     tree = tmp_path / "tree"
-    shutil.copytree(package, tree / "specdraft", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(package.parent / "sql", tree / "sql")
-    monkeypatch.setattr(pipeline, "__file__", str(tree / "specdraft" / "pipeline.py"))
-    monkeypatch.setattr(warehouse, "SQL_DIR", tree / "sql")  # the SQL is read (and hashed) there
+    shutil.copytree(pipeline.PACKAGE_DIR, tree / "specdraft", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(sql_files.SQL_DIR, tree / "sql", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", tree / "specdraft")
+    monkeypatch.setattr(sql_files, "SQL_DIR", tree / "sql")  # the SQL is read (and hashed) there
     root = tmp_path / "wh"
     run_all(SEED, root, str(FIXTURE), "unused")
-    for edited, stages in (("sql/candidates/candidates.sql", {"candidates"}),
-                           ("specdraft/autocomplete.py", {"candidates"}),
-                           ("sql/ngrams/exact_continuations.sql", {"ngram_tables", "candidates"}),
-                           ("sql/evaluate/eval_traces.sql", set())):
+    for edited, stages in (("sql/drafters/candidates.sql", {"candidates"}),
+                           ("specdraft/drafters/autocomplete.py", {"candidates"}),
+                           ("sql/tables/exact_continuations.sql", {"ngram_tables", "candidates"}),
+                           ("specdraft/tables/spark.py", {"ngram_tables", "candidates"}),
+                           ("specdraft/config.py", {"ngram_tables", "candidates"}),
+                           ("sql/policy/eval_traces.sql", set()),
+                           ("specdraft/report/charts.py", set())):
         before = build_state(root)
         with (tree / edited).open("a") as f:
             f.write("\n-- an edit that changes no result\n" if edited.endswith(".sql") else "\n# an edit\n")

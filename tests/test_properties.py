@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
 from specdraft.pipeline import run_all
-from specdraft.warehouse import Warehouse
+from specdraft.warehouse.connection import Warehouse
 
 from .helpers import write_token_traces
 from .test_candidates import choices, decode_steps, recorded_evaluations, shared_choices, shared_walk
@@ -35,30 +35,31 @@ def traces_strategy():
 
 def _results_and_rows(root, traces, preset):
     """Run the pipeline on token traces (written straight to the warehouse's traces file)."""
-    from specdraft import pipeline
+    from specdraft.sources import dataset
+    from specdraft.warehouse.catalog import register_dataset
 
     write_token_traces(root / "traces" / "random.parquet", traces)
-    original = pipeline.ingest_dataset
+    original = dataset.ingest_dataset
 
     def already_ingested(wh, cfg, data, dataset, name, columns=None):
-        from specdraft.traces import read_metadata
+        from specdraft.sources.traces import read_metadata
 
         path = wh.traces_dir / "random.parquet"
         meta = read_metadata(path)
-        from specdraft.tokenizer import load_tokenizer
+        from specdraft.sources.tokenizer import load_tokenizer
 
-        pipeline.register_dataset(wh, name, path, meta, load_tokenizer(cfg.tokenizer))
+        register_dataset(wh, name, path, meta, load_tokenizer(cfg.tokenizer))
         return path, meta
 
-    pipeline.ingest_dataset = already_ingested
+    dataset.ingest_dataset = already_ingested
     try:
         with recorded_evaluations() as kept:
             results = run_all(RunConfig(preset=preset, **FLAGS), root, None, "unused", name="random")
     finally:
-        pipeline.ingest_dataset = original
+        dataset.ingest_dataset = original
     with Warehouse(root, read_only=True, dataset="random") as wh:
-        positions = wh.con.execute("select accepted, oracle_accepted from eval_positions").fetchall()
-        candidates = wh.con.execute(
+        positions = wh.run_text("select accepted, oracle_accepted from eval_positions").fetchall()
+        candidates = wh.run_text(
             "select trace_id, pos, source, draft, accepted from candidates where split = 'eval' order by all"
         ).fetchall()
     (evaluation,) = kept

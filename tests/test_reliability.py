@@ -27,8 +27,9 @@ from click.testing import CliRunner
 
 from specdraft.cli import main
 from specdraft.errors import SpecdraftError
-from specdraft.synthetic import write_traces_parquet
-from specdraft.warehouse import DB_FILE, LOCK_FILE, Warehouse, size_bytes
+from specdraft.sources.synthetic import write_traces_parquet
+from specdraft.warehouse.connection import DB_FILE, Warehouse, size_bytes
+from specdraft.warehouse.lock import LOCK_FILE
 
 from .conftest import FIXTURES
 
@@ -43,9 +44,9 @@ SPECDRAFT = [sys.executable, "-m", "specdraft.cli"]
 # query first, so "ready" means the connection is open and serving.
 HOLD = """
 import sys
-from specdraft.warehouse import Warehouse
+from specdraft.warehouse.connection import Warehouse
 with Warehouse(sys.argv[1], read_only=len(sys.argv) > 2) as wh:
-    runs = wh.con.execute("select count(*) from main.runs").fetchall()[0][0]
+    runs = wh.run_text("select count(*) from main.runs").fetchall()[0][0]
     print("ready", runs, flush=True)
     sys.stdin.read()
 """
@@ -316,7 +317,14 @@ ZYGOTE = """
 import json, os, sys
 import pandas
 from specdraft.cli import main
-from specdraft import calibrate, candidates, evaluate, ingest, ngrams, pipeline, report, tokenizer
+from specdraft.policy import seed as calibrate
+from specdraft.drafters import candidates
+from specdraft.policy import evaluate
+from specdraft.sources import ingest
+from specdraft.tables import ngrams
+from specdraft import pipeline
+from specdraft.report import results as report
+from specdraft.sources import tokenizer
 tokenizer.load_tokenizer().fingerprint
 for line in sys.stdin:
     args, env, stderr = json.loads(line)
@@ -553,7 +561,7 @@ def test_ctrl_c_mid_stage_rolls_back(suite):
 
 def test_memory_limit_is_duckdbs_share_and_spills_to_the_warehouse(tmp_path):
     with Warehouse(tmp_path, memory_limit="1GB") as wh:
-        setting, temp = wh.con.execute(
+        setting, temp = wh.run_text(
             "select current_setting('memory_limit'), current_setting('temp_directory')").fetchall()[0]
     # DuckDB shows the limit in MiB, cut to one decimal
     assert abs(size_bytes(setting) - 0.7 * 1000**3) < 0.1 * 1024**2

@@ -1,4 +1,4 @@
-"""The scaling curve (specdraft.scaling, `specdraft scaling`): one pipeline run per train size in one
+"""The scaling curve (specdraft.measure.scaling, `specdraft scaling`): one pipeline run per train size in one
 warehouse, each point equal to a separate run at that train limit; the JSON, the chart and the CLI."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from specdraft.cli import main
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
+from specdraft.measure.scaling import default_sizes, parse_sizes, scaling_curve, scaling_table, write_scaling
 from specdraft.pipeline import run_all
-from specdraft.scaling import default_sizes, parse_sizes, scaling_curve, scaling_table, write_scaling
 
 from .conftest import FIXTURES
 

@@ -16,7 +16,7 @@ import pytest
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.pipeline import run_all
-from specdraft.spark_build import to_spark_sql
+from specdraft.tables.spark import to_spark_sql
 
 # The parity fixture's flags (tests/fixtures/README.md): both index caps bind.
 PARITY = {"max_completion_tokens": 160, "max_index_positions": 5000, "backoff_max_index_positions": 6000}
@@ -106,9 +106,9 @@ def test_bad_master_fails_with_one_line(tmp_path, fixtures_dir):
 def test_hash_powers_double_past_long_traces(engines):
     """The doubling reads each step's table back (hash_powers.sql): a 20,000-token trace needs 15
     steps, which once overflowed Spark's optimizer when each step's plan nested the last."""
-    from specdraft.hashing import B1, B2, P1, P2
-    from specdraft.ngrams import build_hash_powers
-    from specdraft.spark_build import SparkTables, start_spark
+    from specdraft.tables.hashing import B1, B2, P1, P2
+    from specdraft.tables.ngrams import build_hash_powers
+    from specdraft.tables.spark import SparkTables, start_spark
 
     spark = start_spark("local[2]")  # the session the engines fixture started
     spark.sql("select 0 as trace_id, 'train' as split, 0 as split_row, 1 as prompt_len, "

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from specdraft import hashing
-from specdraft.warehouse import SQL_DIR, all_sql_names, load_sql
+from specdraft.tables import hashing
+from specdraft.warehouse.sql_files import SQL_DIR, all_sql_names, load_sql
 
 NAMES = all_sql_names()
 

@@ -1,4 +1,4 @@
-"""Tests for the synthetic trace generator (specdraft.synthetic)."""
+"""Tests for the synthetic trace generator (specdraft.sources.synthetic)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdraft.errors import SpecdraftError
-from specdraft.synthetic import TEMPLATES, generate_problems, generate_traces, write_traces_parquet
+from specdraft.sources.synthetic import TEMPLATES, generate_problems, generate_traces, write_traces_parquet
 
 COLUMNS = ["problem", "problem_source", "raw_reasoning", "split"]
 SPLITS = {"train", "calibration", "eval"}

@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from specdraft.errors import SpecdraftError
-from specdraft.tokenizer import (
+from specdraft.sources.tokenizer import (
     HFTokenizer,
     OfflineQwenTokenizer,
     is_offline_qwen,
@@ -146,7 +146,7 @@ def test_name_matching():
 
 
 def test_fingerprint_is_stable_and_sensitive(tok):
-    from specdraft import tokenizer as module
+    from specdraft.sources import tokenizer as module
 
     fresh = OfflineQwenTokenizer("qwen2.5-72b-instruct")
     module._qwen_fingerprint.cache_clear()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specdraft.analysis import run_query
 from specdraft.config import RunConfig
 from specdraft.pipeline import run_all
+from specdraft.warehouse.analysis import run_query
 
 from .conftest import FIXTURES
 from .test_tokenizer import _write_local_hf_tokenizer
@@ -58,10 +58,10 @@ DATASETS = ["qwen_side", "tiny_side"]
 
 def _rows(warehouse, dataset, sql, params=()):
     """Rows of a query on one dataset's schema, as dicts (read-only, like any analyst's client)."""
-    from specdraft.warehouse import Warehouse
+    from specdraft.warehouse.connection import Warehouse
 
     with Warehouse(warehouse, read_only=True, dataset=dataset) as wh:
-        relation = wh.con.execute(sql, list(params))
+        relation = wh.run_text(sql, list(params))
         names = [d[0] for d in relation.description]
         return [dict(zip(names, row)) for row in relation.fetchall()]
 
@@ -81,7 +81,7 @@ def test_eval_positions_are_the_runs_choices(warehouse, dataset):
     best selectable candidate's there, and their histogram is results.json's `selected`."""
     from collections import Counter
 
-    from specdraft.confidence import SELECTABLE
+    from specdraft.policy.confidence import SELECTABLE
 
     results = _run_results(warehouse, dataset)
     positions = _rows(warehouse, dataset, "select * from eval_positions order by trace_id, pos")
@@ -184,7 +184,7 @@ def test_sql_is_read_only_by_default(warehouse):
 
 
 def test_lookup_shows_every_table_source(warehouse):
-    from specdraft.lookup import lookup
+    from specdraft.drafters.lookup import lookup
 
     rows = lookup(warehouse, "qwen_side", "<think>\nHmm, okay. Let me think about", RunConfig())
     sources = {row["source"].split(":")[0] for row in rows}
@@ -218,8 +218,8 @@ def _chromium(*args: str) -> str:
 
 
 def test_html_report_has_its_charts(warehouse, tmp_path):
-    from specdraft.html_report import write_html_report
-    from specdraft.report import load_run
+    from specdraft.report.html import write_html_report
+    from specdraft.report.results import load_run
 
     results = load_run(warehouse, None)
     page = write_html_report(warehouse, results, tmp_path / "report.html")
@@ -232,8 +232,8 @@ def test_html_report_has_its_charts(warehouse, tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_html_report_renders_in_headless_chromium(warehouse, tmp_path):
     """Open the page as a browser would: the rendered DOM has the charts, and a screenshot is taken."""
-    from specdraft.html_report import write_html_report
-    from specdraft.report import load_run
+    from specdraft.report.html import write_html_report
+    from specdraft.report.results import load_run
 
     page = write_html_report(warehouse, load_run(warehouse, None), tmp_path / "report.html")
     profile = str(tmp_path / "profile")

@@ -1,0 +1,127 @@
+"""The backoff drafter's greedy walk, for all query positions at once.
+
+The seed extends a draft one token at a time: at each step it looks up the last L tokens of
+(context + draft so far) for L from the longest backoff length down to
+--backoff-min-context-len, and appends the most frequent next token of the first context found.
+The walk is sequential in its draft_len steps but not in positions: each step is one vectorised
+key computation (numpy) and one join against backoff_top_tokens (SQL) for every walk still going.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.tables.hashing import RowPrefixHashes
+from specdraft.warehouse.connection import Warehouse
+
+PAD = -1
+
+
+def _left_padded(windows: pa.ListArray, width: int) -> np.ndarray:
+    """Stack variable-length windows into a (rows, width) matrix, right-aligned, PAD on the left."""
+    lengths = windows.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    values = windows.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    matrix = np.full((len(windows), width), PAD, dtype=np.int64)
+    rows = np.repeat(np.arange(len(windows)), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    cols = width - np.repeat(lengths, lengths) + (np.arange(len(values)) - starts)
+    matrix[rows, cols] = values
+    return matrix
+
+
+def backoff_score(ctx_lens: list[int], counts: list[int], totals: list[int]) -> float:
+    """The seed's backoff score, exactly: mean(lengths) * 5.5 + mean(confidences) * 8.0, where
+    statistics.mean rounds the exact rational mean once."""
+    confidences = [count / total for count, total in zip(counts, totals)]
+    mean_len = float(Fraction(sum(ctx_lens), len(ctx_lens)))
+    mean_conf = float(sum(Fraction(c) for c in confidences) / len(confidences))
+    return mean_len * 5.5 + mean_conf * 8.0
+
+
+def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
+    """Backoff drafts at every query position, as an Arrow table for the candidates table."""
+    lengths = sorted(cfg.effective_backoff_lengths, reverse=True)
+    width = max(lengths) if lengths else 1
+    queries = wh.query("drafters/query_windows", {"width": width}).to_arrow_table()
+    n = queries.num_rows
+    draft_len = cfg.draft_len
+    drafts = np.full((n, draft_len), PAD, dtype=np.int64)
+    step_ctx = np.zeros((n, draft_len), dtype=np.int64)
+    step_count = np.zeros((n, draft_len), dtype=np.int64)
+    step_total = np.ones((n, draft_len), dtype=np.int64)
+    n_steps = np.zeros(n, dtype=np.int64)
+    if n and lengths:
+        windows = queries.column("window").combine_chunks()
+        matrix = _left_padded(windows, width)
+        known = queries.column("pos").to_numpy().astype(np.int64)
+        hashes = RowPrefixHashes(matrix, width + draft_len)
+        active = np.arange(n)
+        for step in range(draft_len):
+            probe_rows, probe_lens, probe_keys = [], [], []
+            end = width + step
+            for ctx_len in lengths:
+                rows = active[known[active] + step >= ctx_len]
+                if len(rows):
+                    probe_rows.append(rows)
+                    probe_lens.append(np.full(len(rows), ctx_len, dtype=np.int32))
+                    probe_keys.append(hashes.window_keys(rows, end - ctx_len, end))
+            if not probe_rows:
+                break
+            probes = pa.table(
+                {
+                    "probe_id": np.concatenate(probe_rows),
+                    "ctx_len": np.concatenate(probe_lens),
+                    "ctx_hash": np.concatenate(probe_keys),
+                }
+            )
+            wh.register("backoff_probes", probes)
+            hits = wh.query("drafters/backoff_probe_hits").fetchnumpy()
+            hit_rows = hits["probe_id"].astype(np.int64)
+            next_column = np.zeros(n, dtype=np.int64)
+            next_column[hit_rows] = hits["token_id"]
+            drafts[hit_rows, step] = hits["token_id"]
+            step_ctx[hit_rows, step] = hits["ctx_len"]
+            step_count[hit_rows, step] = hits["count"]
+            step_total[hit_rows, step] = hits["total"]
+            n_steps[hit_rows] += 1
+            hashes.append(next_column)
+            active = np.sort(hit_rows)
+            if not len(active):
+                break
+    return _as_table(queries, drafts, step_ctx, step_count, step_total, n_steps)
+
+
+def _as_table(queries, drafts, step_ctx, step_count, step_total, n_steps) -> pa.Table:
+    keep = np.flatnonzero(n_steps > 0)
+    steps = n_steps[keep]
+    mask = np.arange(drafts.shape[1])[None, :] < steps[:, None]
+    offsets = np.concatenate([[0], np.cumsum(steps)]).astype(np.int32)
+
+    def ragged(matrix: np.ndarray, kind: pa.DataType) -> pa.ListArray:
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(matrix[keep][mask], type=kind))
+
+    ctx = step_ctx[keep]
+    mean_len = ctx.sum(axis=1, where=mask) / steps
+    conf = np.where(mask, step_count[keep] / step_total[keep], 0.0)
+    # Approximate: the exact rational mean is recomputed (backoff_score) where it can decide a tie.
+    mean_conf = conf.sum(axis=1) / steps
+    first_len = ctx[:, 0]
+    return pa.table(
+        {
+            "trace_id": queries.column("trace_id").take(pa.array(keep)),
+            "pos": queries.column("pos").take(pa.array(keep)),
+            "family": pa.array(["backoff"] * len(keep), pa.string()),
+            "source": pa.array([f"backoff:{x}" for x in first_len.tolist()], pa.string()),
+            "ctx_len": pa.array(first_len, pa.int32()),
+            "count": pa.nulls(len(keep), pa.int64()),
+            "score": pa.array(mean_len * 5.5 + mean_conf * 8.0, pa.float64()),
+            "draft": ragged(drafts, pa.int32()),
+            "step_ctx_lens": ragged(step_ctx, pa.int32()),
+            "step_counts": ragged(step_count, pa.int64()),
+            "step_totals": ragged(step_total, pa.int64()),
+        }
+    )

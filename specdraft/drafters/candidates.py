@@ -1,0 +1,88 @@
+"""Stage 5: every source's draft at every query position, and how much of it is accepted.
+
+    query_positions -> copy_candidates   (SQL: window over context keys of the same trace)
+                    -> ngram_candidates  (SQL: join with exact_continuations)
+                    -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
+                    -> prompt_candidates (Python text rules, autocomplete.py)
+                    -> recent_copy_candidates, ngram_all_candidates (beyond the seed)
+                    -> online_candidates (the online scenario, --online)
+                    -> candidates        (SQL: union, accepted prefix length)
+                    -> candidate_features (what the confidence policy sees; --preset default)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.drafters import families
+from specdraft.drafters.autocomplete import PromptAutocomplete
+from specdraft.drafters.backoff_walk import backoff_candidates
+from specdraft.policy import policy_for
+from specdraft.progress import progress
+from specdraft.sources.tokenizer import Tokenizer
+from specdraft.warehouse.connection import Warehouse
+
+
+def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
+    wh.materialize(
+        "drafters/query_positions",
+        {"stride": cfg.calibration_stride, "calibration_max_positions": cfg.calibration_max_positions},
+    )
+
+
+def build_prompt_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path) -> None:
+    traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
+    trace_ids, positions, drafts, scores = [], [], [], []
+    for trace_id, _split, prompt_len, tokens, prompt, completion_positions in progress(
+        traces, desc="prompt autocomplete", unit="trace"
+    ):
+        drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, cfg.draft_len)
+        for cpos, proposal in drafter.walk(completion_positions):
+            if proposal is not None:
+                draft, score = proposal
+                trace_ids.append(trace_id)
+                positions.append(prompt_len + cpos)
+                drafts.append(list(draft))
+                scores.append(score)
+    n = len(trace_ids)
+    wh.store(
+        "prompt_candidates",
+        pa.table(
+            {
+                "trace_id": pa.array(trace_ids, pa.int64()),
+                "pos": pa.array(positions, pa.int64()),
+                "family": pa.array(["prompt-autocomplete"] * n, pa.string()),
+                "source": pa.array(["prompt-autocomplete"] * n, pa.string()),
+                "ctx_len": pa.nulls(n, pa.int32()),
+                "count": pa.nulls(n, pa.int64()),
+                "score": pa.array(scores, pa.float64()),
+                "draft": pa.array(drafts, pa.list_(pa.int32())),
+            }
+        ),
+    )
+
+
+def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path) -> None:
+    build_query_positions(wh, cfg)
+    wh.materialize(
+        "drafters/copy_candidates",
+        {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len},
+    )
+    wh.materialize(
+        "drafters/ngram_candidates",
+        {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
+    )
+    wh.store("backoff_candidates", backoff_candidates(wh, cfg))
+    build_prompt_candidates(wh, cfg, tokenizer, traces_path)
+    policy = policy_for(cfg.preset)
+    for table, family in (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all")):
+        wh.materialize(f"drafters/{table}", {"enabled": family in policy.families, "draft_len": cfg.draft_len})
+    wh.materialize("drafters/online_candidates",
+                   {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
+    wh.register("source_families", families.order_table())
+    wh.materialize("drafters/candidates", {"draft_len": cfg.draft_len})
+    if policy.reads_features:
+        wh.materialize("drafters/candidate_features")

@@ -1,0 +1,84 @@
+"""`specdraft lookup "TEXT"`: what every source would propose after a piece of text.
+
+The text is tokenized with the dataset's tokenizer and treated as the known prefix. The global
+n-gram and backoff sources look up the dataset's tables (the same keys as the pipeline); the copy
+sources look inside the text itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.tables.hashing import window_key
+from specdraft.warehouse.connection import Warehouse
+
+
+def _probe(wh: Warehouse, tokens: list[int], lengths) -> None:
+    usable = [length for length in lengths if length <= len(tokens)]
+    wh.register(
+        "lookup_probes",
+        pa.table(
+            {
+                "ctx_len": pa.array(usable, pa.int32()),
+                "ctx_hash": pa.array([window_key(tokens[-length:]) for length in usable], pa.int64()),
+            }
+        ),
+    )
+
+
+def backoff_walk(wh: Warehouse, tokens: list[int], cfg: RunConfig) -> tuple[list[int], list[int]]:
+    """The seed's greedy backoff draft after `tokens` (one table lookup per step)."""
+    draft: list[int] = []
+    lengths: list[int] = []
+    for _ in range(cfg.draft_len):
+        _probe(wh, tokens + draft, cfg.effective_backoff_lengths)
+        hits = wh.query("drafters/lookup_backoff").fetchall()
+        if not hits:
+            break
+        ctx_len, token_id, _count, _total = hits[0]
+        draft.append(token_id)
+        lengths.append(ctx_len)
+    return draft, lengths
+
+
+def recent_copy(tokens: list[int], lengths, draft_len: int) -> list[tuple[int, list[int]]]:
+    """Latest earlier occurrence of the last ctx_len tokens, repeating the period past the end."""
+    out = []
+    for length in sorted(lengths, reverse=True):
+        if length >= len(tokens):
+            continue
+        context = tokens[-length:]
+        for end in range(len(tokens) - 1, length - 1, -1):
+            if tokens[end - length : end] == context:
+                period = len(tokens) - end
+                out.append((length, [tokens[end + (i % period)] for i in range(draft_len)]))
+                break
+    return out
+
+
+def lookup(warehouse: Path, dataset: str, text: str, cfg: RunConfig) -> list[dict]:
+    """Rows of (source, ctx_len, count, draft tokens, draft text)."""
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    with Warehouse(warehouse, read_only=True, dataset=dataset, memory_limit=None) as wh:
+        tokenizer_name = wh.query("warehouse/dataset_tokenizer", {"name": dataset}).fetchall()[0][0]
+        tokenizer = load_tokenizer(tokenizer_name)
+        tokens = tokenizer.encode(text)
+        rows: list[dict] = []
+        for length, draft in recent_copy(tokens, sorted(set(cfg.copy_context_lengths) | set(cfg.context_lengths)),
+                                         cfg.draft_len)[:3]:
+            rows.append({"source": f"recent-copy:{length}", "ctx_len": length, "count": None, "draft": draft})
+        _probe(wh, tokens, cfg.context_lengths)
+        for ctx_len, rank, count, draft in wh.query("drafters/lookup_continuations",
+                                                    {"draft_len": cfg.draft_len}).fetchall():
+            rows.append({"source": f"ngram:{ctx_len} (rank {rank})", "ctx_len": ctx_len, "count": count,
+                         "draft": list(draft)})
+        draft, lengths = backoff_walk(wh, tokens, cfg)
+        if draft:
+            rows.append({"source": f"backoff:{lengths[0]}", "ctx_len": lengths[0], "count": None, "draft": draft})
+    for row in rows:
+        row["text"] = tokenizer.decode(row["draft"])
+    return rows

@@ -1,0 +1,1 @@
+"""Measurements of specdraft itself: `specdraft bench` (against the reference) and `specdraft scaling`."""

@@ -1,0 +1,269 @@
+"""Benchmark: the seed reference and specdraft on the same data, cold, with the ratios; and
+specdraft's cost curve, how its time and memory grow with the indexed train positions.
+
+Each run is its own process under a small wrapper that reports its wall time and peak resident
+memory (getrusage of the wrapper's only child). specdraft runs end to end (ingest to report) into
+a fresh warehouse, and its results.json gives each stage's wall time and peak memory. The
+every-position histograms of specdraft and the reference are compared.
+
+    specdraft bench --data ../shared/data/qwen25-math-rollouts.parquet --train-limit 6988
+    specdraft bench --cost-curve --data ../shared/data/qwen25-math-rollouts.parquet --base-rows 3000
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specdraft import files
+from specdraft.errors import SpecdraftError
+from specdraft.progress import say
+from specdraft.report.charts import text_table
+
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "reference_metrics.py"
+GIB = 1024**3
+
+
+def measure(command: list[str]) -> dict:
+    """Run `command` in a child of a fresh wrapper process; return its wall time, peak RSS and stdout."""
+    wrapper = (
+        "import json, resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
+        "print(json.dumps({'wall_s': wall, 'peak_rss_bytes': rss, 'returncode': p.returncode,"
+        " 'stdout': p.stdout, 'stderr': p.stderr[-4000:]}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def _flags(options: dict) -> list[str]:
+    out: list[str] = []
+    for key, value in options.items():
+        out += [f"--{key.replace('_', '-')}", str(value)]
+    return out
+
+
+
+def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str = "seed") -> tuple[dict, dict]:
+    """`specdraft run` cold, in its own process and a fresh warehouse: (measurement, results.json)."""
+    with tempfile.TemporaryDirectory(prefix="specdraft-bench-") as tmp:
+        command = [sys.executable, "-m", "specdraft.cli", "run", "--data", str(data),
+                   "--warehouse", str(Path(tmp) / "warehouse"), "--out", str(Path(tmp) / "out"),
+                   "--preset", preset, *_flags(flags)]
+        if memory_limit:
+            command += ["--memory-limit", memory_limit]
+        run = measure(command)
+        if run["returncode"] != 0:
+            raise SpecdraftError(f"specdraft failed:\n{run['stderr']}")
+        results = json.loads((Path(tmp) / "out" / "results.json").read_text())
+    # Each stage resets the kernel's peak (measure.timer.StageTimer), which hides earlier stages' peaks
+    # from getrusage; the run's own maximum over every reading restores them.
+    run["peak_rss_bytes"] = max(run["peak_rss_bytes"], results.get("peak_rss_bytes_by_stage", {}).get("total", 0))
+    return run, results
+
+
+def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str | None) -> dict:
+    reference_run = measure([sys.executable, str(reference), str(data), *_flags(seed_flags)])
+    if reference_run["returncode"] != 0:
+        raise SpecdraftError(f"reference failed:\n{reference_run['stderr']}")
+    ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
+    theirs = json.loads(reference_run["stdout"])
+    pairs = (("selected", "every_position"), ("oracle_best", "oracle_best"), ("decode_step", "decode_step_causal"))
+    parity = {
+        ours_key: {int(k): v for k, v in ours[ours_key]["histogram"].items()}
+        == {int(k): v for k, v in theirs[ref_key]["histogram"].items()}
+        for ours_key, ref_key in pairs
+    }
+    return {
+        "data": str(data),
+        "flags": seed_flags,
+        "reference": {"wall_s": reference_run["wall_s"], "peak_rss_bytes": reference_run["peak_rss_bytes"],
+                      "avg_accepted": theirs["every_position"]["avg_accepted"]},
+        "specdraft": {"wall_s": ours_run["wall_s"], "peak_rss_bytes": ours_run["peak_rss_bytes"],
+                      "avg_accepted": ours["selected"]["avg_accepted"], "stages_s": ours["timings_s"],
+                      "stages_peak_rss_bytes": ours.get("peak_rss_bytes_by_stage", {})},
+        "speedup": reference_run["wall_s"] / ours_run["wall_s"],
+        "memory_ratio": ours_run["peak_rss_bytes"] / reference_run["peak_rss_bytes"],
+        "parity": parity,
+    }
+
+
+def _stage_order(stages) -> list[str]:
+    """Pipeline order (results.json sorts its keys), then any others, total last."""
+    from specdraft.pipeline import STAGE_NAMES
+
+    known = [*STAGE_NAMES, "leave_one_out"]
+    rest = sorted(s for s in stages if s not in known and s != "total")
+    return [s for s in known if s in stages] + rest + (["total"] if "total" in stages else [])
+
+
+def format_stages(seconds: dict, peaks: dict) -> str:
+    """One line per stage: wall seconds and peak resident memory during it."""
+    lines = [f"{'stage':16}{'wall s':>10}{'peak GiB':>10}"]
+    for stage in _stage_order(seconds):
+        peak = f"{peaks[stage] / GIB:10.2f}" if stage in peaks else f"{'-':>10}"
+        lines.append(f"{stage:16}{seconds[stage]:10.2f}{peak}")
+    return "\n".join(lines)
+
+
+def format_bench(result: dict) -> str:
+    ref, ours = result["reference"], result["specdraft"]
+    lines = [
+        f"data: {result['data']}",
+        f"flags: {' '.join(_flags(result['flags']))}",
+        f"{'':12}{'wall s':>10}{'peak GiB':>10}{'avg accepted':>14}",
+        f"{'reference':12}{ref['wall_s']:10.1f}{ref['peak_rss_bytes'] / GIB:10.2f}{ref['avg_accepted']:14.4f}",
+        f"{'specdraft':12}{ours['wall_s']:10.1f}{ours['peak_rss_bytes'] / GIB:10.2f}{ours['avg_accepted']:14.4f}",
+        f"speedup {result['speedup']:.1f}x, memory {result['memory_ratio']:.2f} of the reference's",
+        "parity (histograms equal): " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["parity"].items()),
+        "",
+        "specdraft by stage (total: in-process, without interpreter start):",
+        format_stages(ours["stages_s"], ours.get("stages_peak_rss_bytes", {})),
+    ]
+    return "\n".join(lines)
+
+
+def parse_scales(value: str) -> tuple[int, ...]:
+    """Comma-separated positive multiples, sorted and deduplicated.
+
+    >>> parse_scales("4,1,2,2")
+    (1, 2, 4)
+    """
+    try:
+        scales = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError as exc:
+        raise SpecdraftError(f"scales must be comma-separated integers, got {value!r}") from exc
+    if not scales or scales[0] < 1:
+        raise SpecdraftError(f"scales must be integers >= 1, got {value!r}")
+    return tuple(scales)
+
+
+def _exponent(xs: list[float], ys: list[float]) -> float | None:
+    """The least-squares slope of log y against log x: 1 is linear growth, 2 quadratic.
+
+    >>> round(_exponent([1, 2, 4], [3, 6, 12]), 6)
+    1.0
+    """
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    spread = sum((x - mx) ** 2 for x in lx)
+    if spread == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / spread
+
+
+def cost_curve(data: Path, base_rows: int, scales: tuple[int, ...], flags: dict, memory_limit: str | None,
+               preset: str = "seed") -> dict:
+    """specdraft alone at base_rows x each scale train rows, each cold in its own process and
+    warehouse; the index uncapped unless `flags` caps it.
+
+    Each point: scale, train_limit, train_rows (after dropping empty responses), positions (train
+    positions in the n-gram index) and backoff_positions, wall_s and peak_rss_bytes of the process,
+    seconds_per_million_positions, each stage's seconds and peak, and positions_ratio, time_ratio and
+    memory_ratio against the first (smallest) scale. `growth` fits time and memory against
+    positions on log-log axes: an exponent of 1 is linear.
+    """
+    flags = {"max_index_positions": 0, "backoff_max_index_positions": 0, **flags}
+    points = []
+    for i, scale in enumerate(scales, 1):
+        limit = base_rows * scale
+        say(f"cost curve {i}/{len(scales)}: {scale}x, {limit} train rows")
+        run, results = run_specdraft(data, {**flags, "train_limit": limit}, memory_limit, preset)
+        positions = int(results["exact_positions_added"])
+        wall = round(run["wall_s"], 3)
+        points.append({
+            "scale": scale,
+            "train_limit": limit,
+            "train_rows": int(results["train_examples"]),
+            "positions": positions,
+            "backoff_positions": int(results["backoff_positions_added"]),
+            "wall_s": wall,
+            "peak_rss_bytes": int(run["peak_rss_bytes"]),
+            "seconds_per_million_positions": wall / positions * 1e6 if positions else None,
+            "stages_s": results["timings_s"],
+            "stages_peak_rss_bytes": results.get("peak_rss_bytes_by_stage", {}),
+        })
+        if len(points) > 1 and positions == points[-2]["positions"]:
+            say(f"{scale}x indexes no more positions than the scale before it "
+                f"(the train split has {points[-1]['train_rows']} usable rows)", always=True)
+    first = points[0]
+    for point in points:
+        point["positions_ratio"] = point["positions"] / first["positions"] if first["positions"] else None
+        point["time_ratio"] = point["wall_s"] / first["wall_s"]
+        point["memory_ratio"] = point["peak_rss_bytes"] / first["peak_rss_bytes"]
+    growth = {"time_exponent": None, "memory_exponent": None, "stage_time_exponents": {}}
+    if all(p["positions"] for p in points):
+        xs = [p["positions"] for p in points]
+        growth["time_exponent"] = _exponent(xs, [p["wall_s"] for p in points])
+        growth["memory_exponent"] = _exponent(xs, [p["peak_rss_bytes"] for p in points])
+        for stage in _stage_order({s for p in points for s in p["stages_s"]}):
+            seconds = [p["stages_s"].get(stage, 0) for p in points]
+            if all(seconds):  # a stage of 0.000 s has no slope
+                growth["stage_time_exponents"][stage] = _exponent(xs, seconds)
+    return {"data": str(data), "preset": preset, "base_rows": base_rows, "scales": list(scales),
+            "flags": flags, "memory_limit": memory_limit, "points": points, "growth": growth}
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_cost_curve(curve: dict) -> str:
+    """The curve as aligned text: one row per scale, then each stage's seconds (and peak) per scale."""
+    header = ("scale", "train rows", "positions", "wall s", "peak GiB", "s/M pos", "positions x", "time x",
+              "memory x")
+    cells = [(f"{p['scale']}x", f"{p['train_rows']}", f"{p['positions']}", f"{p['wall_s']:.1f}",
+              f"{p['peak_rss_bytes'] / GIB:.2f}",
+              "-" if p["seconds_per_million_positions"] is None else f"{p['seconds_per_million_positions']:.2f}",
+              _ratio(p["positions_ratio"]), _ratio(p["time_ratio"]), _ratio(p["memory_ratio"]))
+             for p in curve["points"]]
+    flags = {k: v for k, v in curve["flags"].items() if k != "train_limit"}
+    lines = [f"data: {curve['data']}",
+             f"preset {curve['preset']}, train rows {curve['base_rows']} x scale; {' '.join(_flags(flags))}",
+             *text_table(header, cells)]
+    growth = curve["growth"]
+    if growth["time_exponent"] is not None:
+        lines.append(f"growth with positions (log-log slope, 1 = linear): time {growth['time_exponent']:.2f}, "
+                     f"memory {growth['memory_exponent']:.2f}")
+    stages = _stage_order({s for p in curve["points"] for s in p["stages_s"]})
+    slopes = growth.get("stage_time_exponents", {})
+    lines += ["", "by stage, wall s (peak GiB), and the slope of its time against positions:",
+              f"{'stage':16}" + "".join(f"{str(p['scale']) + 'x':>16}" for p in curve["points"]) + f"{'slope':>8}"]
+    for stage in stages:
+        row = f"{stage:16}"
+        for p in curve["points"]:
+            seconds, peak = p["stages_s"].get(stage), p["stages_peak_rss_bytes"].get(stage)
+            text = "-" if seconds is None else f"{seconds:.1f}" + ("" if peak is None else f" ({peak / GIB:.2f})")
+            row += f"{text:>16}"
+        lines.append(row + (f"{slopes[stage]:8.2f}" if slopes.get(stage) is not None else f"{'-':>8}"))
+    return "\n".join(lines)
+
+
+def write_cost_curve(curve: dict, out: Path) -> tuple[Path, Path]:
+    """cost_curve.json and cost_curve.svg (growth of time and memory against positions) in `out`."""
+    from specdraft.report.charts import write_cost_curve_svg
+
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "cost_curve.json"
+    files.write_text(json_path, json.dumps(curve, indent=2) + "\n")
+    return json_path, write_cost_curve_svg(curve, out / "cost_curve.svg")
+
+
+def main() -> None:  # python -m specdraft.measure.bench: the `make bench` defaults
+    data = DEFAULT_REFERENCE.parents[1] / "data" / "qwen25-math-rollouts.parquet"
+    started = time.perf_counter()
+    result = run_bench(data, {"train_limit": 6988}, DEFAULT_REFERENCE, None)
+    print(format_bench(result))
+    say(f"bench took {time.perf_counter() - started:.0f} s", always=True)
+
+
+if __name__ == "__main__":
+    main()

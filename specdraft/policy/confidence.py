@@ -1,0 +1,175 @@
+"""Stage 6, --preset default: a confidence model that predicts each draft's accepted length.
+
+The seed's policy scores a draft by its source's average on calibration. Here each draft gets
+its own estimate from what is known when choosing (candidate_features.sql): its source family
+and context length, how many other drafts agree with its first 1/2/4/8 tokens, and how long the
+best in-trace and global matches at the position are. The model is a small gradient-boosted
+tree ensemble fitted on the calibration split (no neural network); at each position the draft
+with the highest estimate is chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.drafters import families
+from specdraft.errors import SpecdraftError
+from specdraft.sources.tokenizer import Tokenizer
+from specdraft.warehouse.connection import Warehouse
+
+NUMERIC_FEATURES = (
+    "ctx_len",
+    "count",
+    "copy_distance",
+    "agree1",
+    "agree2",
+    "agree4",
+    "agree8",
+    "drafts_here",
+    "longest_recent_copy",
+    "longest_ngram",
+    "longest_copy",
+    "completion_pos",
+    "distinct_tokens",
+    "agree_recent_copy1",
+    "agree_recent_copy4",
+    "agree_ngram1",
+    "agree_ngram4",
+)
+# What the model predicts, known only once the trace's next tokens are: candidate_features carries
+# it beside the features for fitting, and it must never be one of them (feature_columns refuses).
+LABELS = ("accepted",)
+# The drafts the policy chooses from (families.py): the second-latest recent copy, the second
+# n-gram continuation and the seed's longest-only n-gram still count in the agreement features,
+# but they are evidence, not choices.
+SELECTABLE = families.SELECTABLE
+TREES = 200
+LEAVES = 63
+
+
+def feature_columns() -> tuple[str, ...]:
+    """The model's input columns, in matrix order: the family (a category), then NUMERIC_FEATURES.
+
+    A label among them would let the choice at a position read the trace after it; that is a bug
+    in this file, so it fails every fit and prediction rather than quietly scoring better.
+
+    >>> feature_columns()[:3]
+    ('family', 'ctx_len', 'count')
+    """
+    columns = ("family", *NUMERIC_FEATURES)
+    leaked = [name for name in columns if name in LABELS]
+    if leaked:
+        raise SpecdraftError(f"confidence model: {', '.join(leaked)} is the label it predicts, not a feature")
+    return columns
+
+
+def feature_matrix(features: pa.Table) -> np.ndarray:
+    _, *numeric_columns = feature_columns()
+    family = features.column("family").to_numpy(zero_copy_only=False)
+    codes = np.full(len(family), len(families.NAMES), dtype=np.float64)
+    for name, code in families.ORDER.items():
+        codes[family == name] = code
+    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in numeric_columns]
+    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(numeric_columns)))
+
+
+@dataclass
+class ConfidencePolicy:
+    """Predicts accepted tokens per draft; fitted on calibration drafts (a policy.Policy:
+    --preset default)."""
+
+    families: ClassVar[tuple[str, ...]] = families.NAMES
+    reads_features: ClassVar[bool] = True
+
+    model: object
+    calibration_drafts: int
+    calibration_positions: int
+    excluded: tuple[str, ...] = ()
+
+    @classmethod
+    def fit(cls, features: pa.Table, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
+        """Fit on the calibration drafts of the selectable families (less any excluded ones)."""
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        keep = selectable(features, exclude_families)
+        accepted = keep.column("accepted").to_numpy().astype(np.float64)
+        if keep.num_rows < 2 or accepted.sum() == 0:
+            # nothing to learn from (and a Poisson fit needs some acceptance): every draft scores
+            # the same, so ties keep the candidate order
+            return cls(None, keep.num_rows, 0, tuple(exclude_families))
+        model = HistGradientBoostingRegressor(
+            max_iter=TREES,
+            learning_rate=0.1,
+            max_leaf_nodes=LEAVES,
+            # accepted lengths are counts with a long tail at draft_len: a Poisson loss ranks
+            # drafts better than squared error (2.405 vs 2.392 on the development set)
+            loss="poisson",
+            categorical_features=[0],
+            early_stopping=False,  # deterministic: no random validation split
+            random_state=0,  # the bin thresholds come from a sample of the rows
+        )
+        model.fit(feature_matrix(keep), accepted)
+        positions = len(set(zip(keep.column("trace_id").to_pylist(), keep.column("pos").to_pylist())))
+        return cls(model, keep.num_rows, positions, tuple(exclude_families))
+
+    @classmethod
+    def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
+        return cls.fit(calibration_features(wh))
+
+    def predict(self, features: pa.Table) -> np.ndarray:
+        if features.num_rows == 0 or self.model is None:
+            return np.zeros(features.num_rows)
+        return self.model.predict(feature_matrix(features))
+
+    def score(self, drafts: pa.Table) -> np.ndarray:
+        return self.predict(drafts)
+
+    def evaluate(self, wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path):
+        from specdraft.policy.evaluate import evaluate_confidence
+
+        return evaluate_confidence(wh, cfg, self, exclude_families=self.excluded)
+
+    def leave_one_out(self, wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
+        """Refit and re-evaluate without each selectable source that proposed drafts in eval."""
+        from specdraft.report.results import summarize
+
+        full = results["selected"]["avg_accepted"]
+        features = calibration_features(wh)
+        table = {}
+        for family in SELECTABLE:
+            if family not in results["per_source"]:
+                continue
+            without = ConfidencePolicy.fit(features, exclude_families=(family,))
+            avg = summarize(without.evaluate(wh, cfg, None, None).selected, cfg.draft_len)["avg_accepted"]
+            table[family] = {"selected_without": avg, "marginal": full - avg}
+        return table
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "gradient-boosted trees (Poisson loss) on per-draft features",
+            "choices": [f for f in SELECTABLE if f not in self.excluded],
+            "trees": TREES,
+            "leaves": LEAVES,
+            "features": list(feature_columns()),
+            "calibration_drafts": self.calibration_drafts,
+            "calibration_positions": self.calibration_positions,
+        }
+
+
+def selectable(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa.Table:
+    """The rows the policy may choose: SELECTABLE families, less any excluded (leave-one-out)."""
+    import pyarrow.compute as pc
+
+    families = [f for f in SELECTABLE if f not in exclude_families]
+    return features.filter(pc.is_in(features.column("family"), pa.array(families)))
+
+
+def calibration_features(wh: Warehouse) -> pa.Table:
+    return wh.query("policy/calibration_features").to_arrow_table()
+

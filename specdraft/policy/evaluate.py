@@ -1,0 +1,330 @@
+"""Stage 7: score the policy on eval, every position and decode step.
+
+Every position: at each response position of each eval trace, the policy picks one candidate
+(`selected`); `oracle_best` takes the best candidate; each source is also scored alone.
+
+Decode step: replay each eval trace as a speculative decoder would, advancing by accepted + 1
+(or by draft_len on a full draft). The state is causal: copy, n-gram and backoff drafts at a
+position are functions of the known prefix only (the same as every position), and prompt
+autocomplete is re-walked over the visited positions, since its decoded text depends on them.
+The seed's own decode-step loop reuses state that has already seen the whole trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.drafters import families
+from specdraft.drafters.autocomplete import PromptAutocomplete
+from specdraft.drafters.backoff_walk import backoff_score
+from specdraft.progress import progress
+from specdraft.sources.tokenizer import Tokenizer
+from specdraft.warehouse.connection import Warehouse
+
+if TYPE_CHECKING:
+    from specdraft.policy.seed import SourceAveragePolicy
+
+PROMPT_ORDER = families.ORDER["prompt-autocomplete"]
+# Scores this close may round to a tie; there the exact backoff score is recomputed.
+NEAR_TIE = 1e-7
+
+
+@dataclass
+class Evaluation:
+    selected: np.ndarray  # accepted per eval position, the policy's pick
+    oracle_best: np.ndarray
+    per_source: dict[str, np.ndarray]  # accepted per eval position, each family alone (0 if none)
+    proposed: dict[str, int]  # positions where each family proposed a draft
+    decode_step: np.ndarray  # accepted per decode-step call
+    multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k distinct drafts per position
+    positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
+
+
+def accepted_prefix(draft, actual, limit: int) -> int:
+    accepted = 0
+    for left, right in zip(draft[:limit], actual[:limit]):
+        if left != right:
+            break
+        accepted += 1
+    return accepted
+
+
+def _fetch(result) -> pa.Table:
+    return result.to_arrow_table()
+
+
+def candidate_policy_scores(cand: pa.Table, policy: SourceAveragePolicy) -> tuple[np.ndarray, np.ndarray]:
+    """The seed's policy score per candidate row (and the raw score), with its float operations
+    in its order."""
+    family = cand.column("family").to_numpy(zero_copy_only=False)
+    sources = cand.column("source").to_numpy(zero_copy_only=False)
+    raw = cand.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    is_ngram = family == "ngram"
+    counts = cand.column("count").to_numpy(zero_copy_only=False)
+    if is_ngram.any():
+        ngram_counts = counts[is_ngram].astype(np.int64)
+        unique, inverse = np.unique(ngram_counts, return_inverse=True)
+        log1p = np.array([math.log1p(int(c)) for c in unique.tolist()])
+        raw[is_ngram] = raw[is_ngram] + log1p[inverse]
+    return policy.scores(sources, raw), raw
+
+
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal keys begins (keys grouped, e.g. sorted).
+
+    >>> _run_starts(np.array([3, 3, 5, 7, 7])).tolist()
+    [0, 2, 3]
+    """
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
+
+
+def _group_starts(trace_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    if len(trace_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = (trace_ids[1:] != trace_ids[:-1]) | (positions[1:] != positions[:-1])
+    return np.concatenate([[0], np.flatnonzero(change) + 1])
+
+
+def _pick(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Row index of the first highest score in each group (Python's max keeps the first)."""
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
+    best = np.maximum.reduceat(scores, starts) if len(starts) else np.zeros(0)
+    at_best = np.flatnonzero(scores == best[group])
+    _, first = np.unique(group[at_best], return_index=True)
+    return at_best[first]
+
+
+def _resolve_near_ties(wh, cand, scores, raw, starts, policy) -> np.ndarray:
+    """Recompute the exact backoff score where a rounding difference could change the pick."""
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
+    best = np.maximum.reduceat(scores, starts)
+    close = np.abs(scores - best[group]) <= NEAR_TIE * np.maximum(np.abs(best[group]), 1.0)
+    n_close = np.bincount(group[close], minlength=len(starts))
+    family = cand.column("family").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(close & (n_close[group] > 1) & (family == "backoff"))
+    if not len(rows):
+        return scores
+    trace_ids = cand.column("trace_id").to_numpy()[rows]
+    positions = cand.column("pos").to_numpy()[rows]
+    wh.register("near_ties", pa.table({"trace_id": trace_ids, "pos": positions}))
+    steps = {
+        (t, p): (c, n, d)
+        for t, p, c, n, d in wh.query("policy/backoff_steps").fetchall()
+    }
+    scores = scores.copy()
+    sources = cand.column("source").to_numpy(zero_copy_only=False)
+    for row, trace_id, pos in zip(rows.tolist(), trace_ids.tolist(), positions.tolist()):
+        ctx_lens, counts, totals = steps[(trace_id, pos)]
+        exact = backoff_score(ctx_lens, counts, totals)
+        raw[row] = exact
+        scores[row] = policy.score_one(str(sources[row]), exact)
+    return scores
+
+
+def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path,
+             policy: SourceAveragePolicy) -> Evaluation:
+    traces = _fetch(wh.query("policy/eval_traces", {"traces_path": str(traces_path)}))
+    n_resp = (traces.column("n_tokens").to_numpy() - traces.column("prompt_len").to_numpy()).astype(np.int64)
+    trace_ids = traces.column("trace_id").to_numpy()
+    offsets = np.concatenate([[0], np.cumsum(n_resp)])
+    trace_index = {int(t): i for i, t in enumerate(trace_ids.tolist())}
+    n_positions = int(offsets[-1])
+
+    cand = _fetch(wh.query("policy/eval_candidates"))
+    scores, raw = candidate_policy_scores(cand, policy)
+    cand_trace = cand.column("trace_id").to_numpy()
+    cand_pos = cand.column("pos").to_numpy()
+    starts = _group_starts(cand_trace, cand_pos)
+    scores = _resolve_near_ties(wh, cand, scores, raw, starts, policy)
+    accepted = cand.column("accepted").to_numpy().astype(np.int64)
+    family_order = cand.column("family_order").to_numpy().astype(np.int64)
+    cpos = cand.column("completion_pos").to_numpy().astype(np.int64)
+    flat = np.array([offsets[trace_index[int(t)]] for t in cand_trace[starts].tolist()], dtype=np.int64)
+    flat = flat + cpos[starts] if len(starts) else flat
+    row_flat = np.repeat(flat, np.diff(np.append(starts, len(scores))))
+
+    selected = np.zeros(n_positions, dtype=np.int64)
+    oracle = np.zeros(n_positions, dtype=np.int64)
+    chosen_source = np.full(n_positions, None, dtype=object)
+    chosen_ctx = np.zeros(n_positions, dtype=np.int64)
+    if len(starts):
+        picks = _pick(scores, starts)
+        selected[flat] = accepted[picks]
+        oracle[flat] = np.maximum.reduceat(accepted, starts)
+        chosen_source[flat] = cand.column("source").to_numpy(zero_copy_only=False)[picks]
+        chosen_ctx[flat] = cand.column("ctx_len").fill_null(0).to_numpy()[picks]
+    per_source, proposed = {}, {}
+    for name in families.SEED:
+        rows = family_order == families.ORDER[name]
+        alone = np.zeros(n_positions, dtype=np.int64)
+        alone[row_flat[rows]] = accepted[rows]
+        per_source[name] = alone
+        proposed[name] = int(rows.sum())
+
+    # Decode step. The best non-prompt candidate per position (they are causal functions of the
+    # prefix); prompt autocomplete is re-walked below.
+    best_other_score = np.full(n_positions, -np.inf)
+    best_other_order = np.full(n_positions, len(families.NAMES), dtype=np.int64)
+    best_other_accepted = np.zeros(n_positions, dtype=np.int64)
+    other = np.flatnonzero(family_order != PROMPT_ORDER)
+    if len(other):
+        other_starts = _group_starts(cand_trace[other], cand_pos[other])
+        other_picks = other[_pick(scores[other], other_starts)]
+        where = row_flat[other_picks]
+        best_other_score[where] = scores[other_picks]
+        best_other_order[where] = family_order[other_picks]
+        best_other_accepted[where] = accepted[other_picks]
+    decode = decode_step_walk(cfg, tokenizer, traces, offsets, policy,
+                              best_other_score, best_other_order, best_other_accepted)
+    positions = positions_table(trace_ids, traces.column("prompt_len").to_numpy(), n_resp,
+                                selected, oracle, chosen_source, chosen_ctx)
+    return Evaluation(selected, oracle, per_source, proposed, decode, positions=positions)
+
+
+def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_source, chosen_ctx) -> pa.Table:
+    """One row per eval position (trace order, then position): what was chosen and how it did."""
+    n_resp = np.asarray(n_resp, dtype=np.int64)
+    starts = np.repeat(np.cumsum(n_resp) - n_resp, n_resp)
+    completion_pos = np.arange(int(n_resp.sum())) - starts
+    return pa.table(
+        {
+            "trace_id": np.repeat(np.asarray(trace_ids, dtype=np.int64), n_resp),
+            "pos": np.repeat(np.asarray(prompt_lens, dtype=np.int64), n_resp) + completion_pos,
+            "completion_pos": completion_pos,
+            "source": pa.array(chosen_source.tolist(), pa.string()),
+            "ctx_len": chosen_ctx,
+            "accepted": selected,
+            "oracle_accepted": oracle,
+        }
+    )
+
+
+def decode_step_walk(cfg, tokenizer, traces, offsets, policy, best_score, best_order, best_accepted) -> np.ndarray:
+    draft_len = cfg.draft_len
+    values: list[int] = []
+    rows = zip(
+        traces.column("prompt_len").to_pylist(),
+        traces.column("tokens").to_pylist(),
+        traces.column("prompt").to_pylist(),
+        offsets[:-1].tolist(),
+    )
+    for prompt_len, tokens, prompt, offset in progress(rows, desc="decode step", unit="trace",
+                                                     total=traces.num_rows):
+        drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, draft_len)
+        n_resp = len(tokens) - prompt_len
+        cpos = 0
+        while cpos < n_resp:
+            at = offset + cpos
+            score, order, accepted = best_score[at], best_order[at], int(best_accepted[at])
+            proposal = drafter.propose(drafter.line_at(cpos))
+            if proposal is not None:
+                draft, raw = proposal
+                prompt_score = policy.score_one("prompt-autocomplete", raw)
+                if prompt_score > score or (prompt_score == score and PROMPT_ORDER < order):
+                    known = prompt_len + cpos
+                    accepted = accepted_prefix(draft, tokens[known : known + draft_len], draft_len)
+            values.append(accepted)
+            cpos += accepted if accepted == draft_len else accepted + 1
+    return np.array(values, dtype=np.int64)
+
+
+# -- --preset default: the confidence policy ------------------------------------------------------
+
+MULTI_DRAFT = (2, 4)
+
+
+def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families: tuple[str, ...] = ()) -> Evaluation:
+    """Every position, decode step and multi-draft acceptance under the confidence policy.
+
+    Every source here is a function of the known prefix (prompt autocomplete decodes token by
+    token in every walk), so the decode-step walk reads the every-position choices.
+    """
+    lengths = _fetch(wh.query("policy/eval_lengths"))
+    n_resp = lengths.column("n_response").to_numpy().astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_resp)])
+    eval_trace_ids = lengths.column("trace_id").to_numpy()  # sorted
+    n_positions = int(offsets[-1])
+
+    everything = eval_features(wh)
+    all_predicted = policy.predict(everything)
+    all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
+    all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
+    all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)
+    all_family = everything.column("family").to_numpy(zero_copy_only=False)
+    choice_rows = np.flatnonzero(np.isin(all_family, [f for f in families.SELECTABLE if f not in exclude_families]))
+    choices = everything.take(pa.array(choice_rows))
+    predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
+    starts = _run_starts(flat)
+    selected = np.zeros(n_positions, dtype=np.int64)
+    oracle = np.zeros(n_positions, dtype=np.int64)
+    multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
+    chosen_source = np.full(n_positions, None, dtype=object)
+    chosen_ctx = np.zeros(n_positions, dtype=np.int64)
+    if len(starts):
+        picks = _pick(predicted, starts)
+        selected[flat[picks]] = accepted[picks]
+        oracle[flat[starts]] = np.maximum.reduceat(accepted, starts)
+        chosen_source[flat[picks]] = choices.column("source").to_numpy(zero_copy_only=False)[picks]
+        chosen_ctx[flat[picks]] = choices.column("ctx_len").to_numpy()[picks]
+        draft_keys = choices.column("draft_key").to_numpy()
+        for k in MULTI_DRAFT:
+            multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
+    per_source, proposed = {}, {}
+    for name in dict.fromkeys(all_family.tolist()):
+        # the source alone: its own best-scored draft at each position where it has one
+        rows = np.flatnonzero(all_family == name)
+        own_starts = _run_starts(all_flat[rows])
+        own_picks = rows[_pick(all_predicted[rows], own_starts)]
+        alone = np.zeros(n_positions, dtype=np.int64)
+        alone[all_flat[own_picks]] = all_accepted[own_picks]
+        per_source[name] = alone
+        proposed[name] = len(own_picks)
+    decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
+    positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
+                                selected, oracle, chosen_source, chosen_ctx)
+    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions)
+
+
+def eval_features(wh: Warehouse) -> pa.Table:
+    """What the confidence model sees of every eval draft (candidate_features), in position order."""
+    return wh.query("policy/eval_features").to_arrow_table()
+
+
+def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:
+    """Best accepted among the k highest-scored distinct drafts at each position, as a tree
+    verifier checking k drafts at once would get. Rows are grouped by flat position."""
+    order = np.lexsort((-predicted, flat))
+    flat_sorted, keys_sorted = flat[order], draft_keys[order]
+    # drop repeats of a draft at a position (keep the best-scored copy)
+    by_draft = np.lexsort((np.arange(len(order)), keys_sorted, flat_sorted))
+    repeat = np.zeros(len(order), dtype=bool)
+    same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
+    repeat[by_draft[1:][same]] = True
+    kept = order[~repeat]
+    flat_kept = flat[kept]
+    group_start = _run_starts(flat_kept)
+    rank = np.arange(len(kept)) - np.repeat(group_start, np.diff(np.r_[group_start, len(kept)]))
+    top = kept[rank < k]
+    best = np.zeros(n_positions, dtype=np.int64)
+    np.maximum.at(best, flat[top], accepted[top])
+    return best
+
+
+def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:
+    """Replay each trace: at response position c take the chosen draft's accepted length a, then
+    move to c + a + 1 (or c + draft_len on a full draft)."""
+    values: list[int] = []
+    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        c = start
+        while c < end:
+            accepted = int(selected[c])
+            values.append(accepted)
+            c += accepted if accepted == draft_len else accepted + 1
+    return np.array(values, dtype=np.int64)

@@ -1,0 +1,1 @@
+"""Stage 8: results.json, the charts, report.html and the runs table."""

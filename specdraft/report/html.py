@@ -1,0 +1,106 @@
+"""A run's report as one self-contained HTML page (no scripts, no CDN): the accepted-tokens
+histogram, each source alone, acceptance by position in the response, and the contexts the
+chosen drafts hit most, as text.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+
+from specdraft.errors import SpecdraftError
+from specdraft.files import write_text
+from specdraft.report.charts import histogram_svg, svg_open
+from specdraft.warehouse.connection import Warehouse
+
+BAR_COLOUR = "#0072B2"
+ORACLE_COLOUR = "#E69F00"
+
+
+def bars_svg(items: list[tuple[str, float]], title: str, unit: str = "accepted tokens / position") -> str:
+    """Horizontal bars, one per (label, value), largest first; each bar is a rect.bar with a tooltip."""
+    items = sorted(items, key=lambda item: -item[1])
+    row, left, width = 26, 190, 720
+    height = 40 + row * len(items) + 30
+    top = max((value for _, value in items), default=1.0) or 1.0
+    parts = svg_open(title, f"{title}: one bar per source, {unit}", width=width, height=height)
+    for i, (label, value) in enumerate(items):
+        y = 40 + i * row
+        w = (width - left - 90) * value / top
+        parts.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="12">{escape(label)}</text>')
+        parts.append(f'<rect class="bar" x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" fill="{BAR_COLOUR}">'
+                     f"<title>{escape(label)}: {value:.3f}</title></rect>")
+        parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">{value:.3f}</text>')
+    parts.append(f'<text x="{left}" y="{height - 8}" font-size="12">{escape(unit)}</text></svg>')
+    return "".join(parts)
+
+
+def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
+    """Columns per response-position bucket: mean accepted (and the oracle's, lighter behind)."""
+    width, height, left, bottom, top_pad = 900, 320, 60, 50, 40
+    top = max([r[3] for r in rows] + [r[2] for r in rows] + [1.0])
+    n = max(len(rows), 1)
+    step = (width - left - 20) / n
+    plot = height - bottom - top_pad
+    parts = svg_open(title, f"{title}: mean accepted tokens (and the oracle's) per 32-token bucket",
+                     width=width, height=height)
+    for i, (bucket, positions, avg, oracle) in enumerate(rows):
+        x = left + i * step
+        for value, colour, cls in ((oracle, ORACLE_COLOUR, "oracle"), (avg, BAR_COLOUR, "bar")):
+            h = plot * value / top
+            parts.append(f'<rect class="{cls}" x="{x + 1:.1f}" y="{height - bottom - h:.1f}" width="{max(step - 2, 1):.1f}" '
+                         f'height="{h:.1f}" fill="{colour}"><title>positions {bucket}-{bucket + 31}: '
+                         f"{cls} {value:.3f} over {positions} positions</title></rect>")
+        if i % max(n // 10, 1) == 0:
+            parts.append(f'<text x="{x + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle" '
+                         f'font-size="11">{bucket}</text>')
+    parts.append(f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="12">'
+                 "response position (32-token buckets); blue: chosen, orange: oracle</text></svg>")
+    return "".join(parts)
+
+
+def build_html(results: dict, positions: list, contexts: list) -> str:
+    per_source = [(name, s["avg_accepted"]) for name, s in results.get("per_source", {}).items()]
+    headline = "".join(
+        f"<tr><td>{escape(name)}</td><td>{results[key]['avg_accepted']:.3f}</td>"
+        f"<td>{100 * results[key]['hit_rate']:.1f}%</td><td>{results[key]['positions']}</td></tr>"
+        for key, name in (("selected", "selected"), ("oracle_best", "oracle best"), ("decode_step", "decode step"))
+        if key in results
+    )
+    context_rows = "".join(
+        f"<tr><td><code>{escape(text)}</code></td><td>{escape(source)}</td><td>{hits}</td><td>{chosen}</td></tr>"
+        for text, source, hits, chosen in contexts
+    )
+    config = escape(json.dumps(results.get("config", {}), sort_keys=True))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>specdraft run {escape(str(results.get("run_id", "")))}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}table{{border-collapse:collapse}}
+td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}}code,pre{{white-space:pre-wrap}}</style>
+</head><body>
+<h1>specdraft run {escape(str(results.get("run_id", "")))}</h1>
+<p>dataset <b>{escape(str(results.get("dataset")))}</b>, preset {escape(str(results.get("preset", "seed")))},
+tokenizer {escape(str(results.get("tokenizer", {}).get("name")))}; train {results.get("train_examples")},
+calibration {results.get("calibration_examples")}, eval {results.get("eval_examples")}.</p>
+<table id="headline"><tr><th>metric</th><th>avg accepted</th><th>hit rate</th><th>positions</th></tr>{headline}</table>
+<h2>Accepted tokens per position</h2><div id="histogram">{histogram_svg(results)}</div>
+<h2>Each source alone</h2><div id="sources">{bars_svg(per_source, "each source alone")}</div>
+<h2>Acceptance by position in the response</h2>
+<div id="positions">{position_svg(positions, "mean accepted by response position")}</div>
+<h2>Contexts the chosen drafts hit most</h2>
+<table id="contexts"><tr><th>context</th><th>source</th><th>hits</th><th>chosen</th></tr>{context_rows}</table>
+<h2>Config</h2><pre>{config}</pre>
+</body></html>
+"""
+
+
+def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20) -> Path:
+    """Read the run's per-position tables from the warehouse and write the page."""
+    run_id = results.get("run_id")
+    if not run_id:
+        raise SpecdraftError("this run has no run_id; record it with `specdraft run` first")
+    with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
+        positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
+        contexts = wh.query("report/run_top_contexts", {"run_id": run_id, "top": top}).fetchall()
+    return write_text(path, build_html(results, positions, contexts))

@@ -1,0 +1,85 @@
+"""Which dataset a run reads, and whether it must be ingested (stages 1-3) or is already in the
+warehouse: its name, the signature of its input, the traces file and its catalog row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
+from specdraft.progress import say
+from specdraft.warehouse.catalog import cataloged_traces, register_dataset
+from specdraft.warehouse.connection import Warehouse
+
+
+def dataset_name_for(data: str | None, dataset: str) -> str:
+    """A table-safe dataset name: the local file's stem, or the hub id's last part."""
+    import re
+
+    base = Path(str(data)).stem if data else dataset.rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", base).strip("_") or "dataset"
+    return name if name[0].isalpha() else f"d_{name}"
+
+
+def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str, name: str,
+                   columns=None) -> tuple[Path, dict]:
+    """Stages 1-3: read, tokenize and write the traces Parquet, unless it is already there.
+
+    The stored dataset (with any `ingest --append`ed traces) is used when `data` is the input it
+    was first ingested from, unchanged, or when `data` is None and it came from local files; a
+    changed input is ingested afresh, replacing it.
+    """
+    from specdraft.sources.ingest import ColumnMap, read_traces
+    from specdraft.sources.tokenizer import load_tokenizer
+    from specdraft.sources.traces import read_metadata, traces_path, write_traces
+
+    path = traces_path(wh.traces_dir, name)
+    source = source_signature(data, dataset, columns)
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    meta = read_metadata(path) if path.exists() else None
+    if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
+        raise SpecdraftError(
+            f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
+            f"use another --name for {cfg.tokenizer}"
+        )
+    if not _use_stored(meta, data, source):
+        if meta is not None and meta.get("appends"):
+            say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
+                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)", always=True)
+        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
+        meta = read_metadata(path)
+    elif wh.has_table("vocab") and cataloged_traces(wh, name) == meta.get("rows"):
+        return path, meta  # already ingested and registered
+    register_dataset(wh, name, path, meta, tokenizer)
+    return path, meta
+
+
+def _use_stored(meta: dict | None, data, source: str) -> bool:
+    """Is the stored dataset the one asked for? See ingest_dataset."""
+    import json
+
+    if meta is None:
+        return False
+    if meta.get("source") == source:
+        return True
+    try:
+        from_hub = "hub" in json.loads(meta.get("source") or "{}")
+    except ValueError:
+        from_hub = False
+    return data is None and not from_hub
+
+
+def source_signature(data: str | None, dataset: str, columns) -> str:
+    """Identifies the input: the file's path, size and modification time, or the hub id."""
+    import json
+    import os
+
+    if data is None:
+        return json.dumps({"hub": dataset, "columns": repr(columns)})
+    paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    stats = []
+    for p in paths:
+        p = Path(p)
+        files = sorted(p.iterdir()) if p.is_dir() else [p]
+        stats += [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
+    return json.dumps({"files": stats, "columns": repr(columns)})

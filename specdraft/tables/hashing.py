@@ -1,0 +1,80 @@
+"""Context keys: a polynomial rolling hash under two 31-bit primes, packed into one BIGINT.
+
+The key of a token window w_0..w_{L-1} is
+
+    h_p = sum_i (w_i + 1) * B_p^(L-1-i)  mod p        for (B_p, p) in ((B1, P1), (B2, P2))
+    key = h_P1 * 2^31 + h_P2
+
+Every product is below 2^62, so any SQL engine with 64-bit integers (DuckDB, Spark) and
+numpy compute the same keys; no engine's internal hash function is used. In SQL the key of
+a window is the difference of two prefix hashes (sql/tables/context_keys.sql).
+
+>>> window_key([5, 7]) == ((6 * B1 + 8) % P1) * 2**31 + (6 * B2 + 8) % P2
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+P1 = 2_147_483_647  # 2^31 - 1
+P2 = 2_147_483_629
+B1 = 911_382_323
+B2 = 972_663_749
+SHIFT = 2**31
+
+
+def hash_params() -> dict[str, int]:
+    """The moduli, bound into every SQL file that computes keys."""
+    return {"p1": P1, "p2": P2}
+
+
+def power_params(n: int) -> dict[str, int]:
+    """B^n under both primes, as SQL parameters."""
+    return {"pow1": pow(B1, n, P1), "pow2": pow(B2, n, P2)}
+
+
+def inverse_params(n: int) -> dict[str, int]:
+    """B^-n under both primes (the primes make B invertible), as SQL parameters."""
+    return {"inv1": pow(B1, -n, P1), "inv2": pow(B2, -n, P2)}
+
+
+def window_key(tokens: Sequence[int]) -> int:
+    """The context key of a token window (pure-Python oracle of the SQL keys)."""
+    h1 = h2 = 0
+    for token in tokens:
+        h1 = (h1 * B1 + token + 1) % P1
+        h2 = (h2 * B2 + token + 1) % P2
+    return h1 * SHIFT + h2
+
+
+class RowPrefixHashes:
+    """Prefix hashes of the rows of a token matrix, for vectorised window keys.
+
+    Column c of `h1`/`h2` holds the hash of row[:c]; the key of row[a:b] is then
+    h[b] - h[a] * B^(b-a). Columns can be appended one token at a time.
+    """
+
+    def __init__(self, tokens: np.ndarray, capacity: int) -> None:
+        n_rows, n_cols = tokens.shape
+        self.h1 = np.zeros((n_rows, capacity + 1), dtype=np.int64)
+        self.h2 = np.zeros((n_rows, capacity + 1), dtype=np.int64)
+        self.width = 0
+        for col in range(n_cols):
+            self.append(tokens[:, col])
+
+    def append(self, column: np.ndarray) -> None:
+        c = self.width
+        values = column.astype(np.int64) + 1
+        self.h1[:, c + 1] = (self.h1[:, c] * B1 + values) % P1
+        self.h2[:, c + 1] = (self.h2[:, c] * B2 + values) % P2
+        self.width += 1
+
+    def window_keys(self, rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Keys of row[start:stop] for the given row indices."""
+        length = stop - start
+        w1 = (self.h1[rows, stop] - self.h1[rows, start] * pow(B1, length, P1) % P1) % P1
+        w2 = (self.h2[rows, stop] - self.h2[rows, start] * pow(B2, length, P2) % P2) % P2
+        return w1 * SHIFT + w2

@@ -1,0 +1,326 @@
+"""The one module that owns the DuckDB connection and runs the files in sql/ (sql_files.py).
+
+`Warehouse.materialize` wraps the query into `create table` / `insert into`, binds the
+parameters, times it, logs it, and re-raises failures with the file name. The exceptions are the
+MERGE statements of incremental updates (sql/tables/incremental/), which `Warehouse.apply` runs
+as written, and an analyst's own SQL (`Warehouse.run_text`). Nothing else in specdraft touches
+the connection (tests/test_layout.py checks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import duckdb
+
+from specdraft.errors import SpecdraftError, first_line
+from specdraft.failpoints import reach
+from specdraft.warehouse.lock import LOCK_FILE, WriterLock
+from specdraft.warehouse.sql_files import SqlFile, load_sql
+
+DB_FILE = "specdraft.duckdb"
+
+
+def default_memory_limit() -> str:
+    """A quarter of physical RAM, in whole GB (at least 1GB): DuckDB's own default is 80% of RAM,
+    which leaves too little on a small machine shared with other work."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(1, ram // 4 // 1024**3)}GB"
+
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|K|M|G|T)(i?)B?\s*$", re.IGNORECASE)
+# --memory-limit is the run's budget. DuckDB's buffer pool gets this share of it; the rest is for
+# what DuckDB does not count (its untracked allocations) and the Python side (the tokenizer,
+# numpy walks, the confidence model, Arrow results). Measured on a 200,000-trace build: the
+# process peaked about 1.7 GB above DuckDB's limit.
+DUCKDB_SHARE = 0.7
+
+
+def size_bytes(size: str) -> int:
+    """A size as DuckDB writes it: 5GB = 5 * 1000^3, 5GiB = 5 * 1024^3.
+
+    >>> size_bytes("5GB"), size_bytes("512MiB"), size_bytes("1.5 gb")
+    (5000000000, 536870912, 1500000000)
+    """
+    match = SIZE.match(size)
+    if not match:
+        raise SpecdraftError(f"memory limit {size!r}: expected a size like 4GB or 512MB")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    return int(float(number) * base ** " KMGT".index(unit.upper() or " "))
+
+
+def duckdb_memory_limit(budget: str) -> str:
+    """DuckDB's share of the run's memory budget.
+
+    >>> duckdb_memory_limit("5GB")
+    '3500MB'
+    """
+    return f"{max(1, int(size_bytes(budget) * DUCKDB_SHARE) // 1000**2)}MB"
+
+
+DEFAULT_MEMORY_LIMIT = default_memory_limit()
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+log = logging.getLogger("specdraft.sql")
+
+
+def quote_identifier(name: str) -> str:
+    """Quote a table or column name after checking it against a fixed pattern.
+
+    >>> quote_identifier("exact_continuations")
+    '"exact_continuations"'
+    """
+    if not IDENTIFIER.match(name):
+        raise SpecdraftError(f"invalid identifier {name!r}: use letters, digits and underscores")
+    return f'"{name}"'
+
+
+@dataclass
+class Warehouse:
+    """A warehouse directory: traces Parquet files plus one DuckDB file of tables."""
+
+    root: Path
+    read_only: bool = False
+    debug: bool = False
+    memory_limit: str | None = DEFAULT_MEMORY_LIMIT
+    # Each dataset's tables live in a schema named after it; runs and the catalog live in main.
+    dataset: str | None = None
+    con: duckdb.DuckDBPyConnection | None = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "traces").mkdir(exist_ok=True)
+        db_path = self.root / DB_FILE
+        if self.read_only and not db_path.exists():
+            raise SpecdraftError(f"{db_path}: no warehouse here; run `specdraft run` first")
+        if not self.read_only:
+            self._lock = WriterLock(self.root / LOCK_FILE)
+        try:
+            self.con = duckdb.connect(str(db_path), read_only=self.read_only)
+        except duckdb.IOException as exc:
+            self._release_lock()
+            holder = WriterLock.holder(self.root / LOCK_FILE)
+            if holder:
+                raise SpecdraftError(f"{self.root}: warehouse is busy ({holder})") from exc
+            raise SpecdraftError(f"{db_path}: warehouse is unreadable ({first_line(exc)})") from exc
+        if not self.read_only:
+            self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
+        if self.memory_limit:
+            self.con.execute("set memory_limit = ?", [duckdb_memory_limit(self.memory_limit)])
+        if self.dataset:
+            self.use_dataset(self.dataset)
+
+    def use_dataset(self, name: str) -> None:
+        """Make `name`'s schema the current one: unqualified table names resolve (and are created) there."""
+        schema = quote_identifier(name)
+        if not self.read_only:
+            self.con.execute(f"create schema if not exists {schema}")
+        elif not self.has_schema(name):
+            raise SpecdraftError(f"{self.root / DB_FILE}: no dataset {name!r} in this warehouse")
+        self.con.execute(f"use {schema}")
+        self.dataset = name
+
+    def has_schema(self, name: str) -> bool:
+        rows = self.con.execute(
+            "select count(*) from information_schema.schemata where schema_name = ?", [name]
+        ).fetchall()
+        return bool(rows[0][0])
+
+    def create_text_macro(self) -> None:
+        """as_text(token_ids): a token list rendered as text through the current dataset's vocab
+        (qualified, so it works from any schema: gsm8k.as_text(...))."""
+        schema = quote_identifier(self.dataset or "main")
+        self.con.execute(
+            f"create or replace macro {schema}.as_text(token_ids) as ("
+            f"select coalesce(string_agg(v.piece, '' order by t.i), '') "
+            f"from (select unnest(token_ids) as token_id, unnest(generate_series(1, len(token_ids))) as i) as t "
+            f"join {schema}.vocab as v using (token_id))"
+        )
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / "traces"
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- running sql/ files -------------------------------------------------------------
+    def _execute(self, sql_file: SqlFile, statement: str, params: dict[str, Any], lazy: bool = False):
+        missing = set(sql_file.used_params) - set(params)
+        if missing:
+            raise SpecdraftError(f"{sql_file.path.name}: missing parameters {sorted(missing)}")
+        bound = {name: params[name] for name in sql_file.used_params}
+        if self.debug:
+            log.debug("-- %s %s\n%s", sql_file.path.name, bound, statement)
+        started = time.perf_counter()
+        try:
+            # A relation (con.sql) keeps ORDER BY in Arrow output; a DB-API result's Arrow
+            # output in DuckDB 2.0 may not.
+            if lazy:
+                result = self.con.sql(statement, params=bound or None)
+            else:
+                result = self.con.execute(statement, bound).fetchall()
+        except duckdb.Error as exc:
+            raise self._sql_error(sql_file, statement, exc) from exc
+        log.debug("%s took %.2fs", sql_file.path.name, time.perf_counter() - started)
+        return result
+
+    def _sql_error(self, sql_file: SqlFile, statement: str, exc: duckdb.Error) -> SpecdraftError:
+        """One line naming the file; under --debug, the whole statement as run and DuckDB's whole
+        error (with its LINE and caret), as splink reports a failing statement."""
+        where = f"{sql_file.name}.sql"
+        if not self.debug:
+            return SpecdraftError(f"{where}: {first_line(exc)}")
+        return SpecdraftError(
+            f"{where}: error executing the following SQL for table {sql_file.out}:\n{statement.strip()}\n\n"
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def run_text(self, text: str, params: list | dict | None = None):
+        """SQL text as given, with optional bound parameters: an analyst's own (`specdraft sql`), or
+        a test's. The relation (run when read), None for a statement without a result. The only SQL
+        run here that is not a sql/ file."""
+        try:
+            return self.con.sql(text, params=params)
+        except duckdb.Error as exc:
+            raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
+
+    def materialize(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        append: bool = False,
+        temp: bool = False,
+        view: bool = False,
+        schema: str | None = None,
+        persistent_view: bool = False,
+        into: str | None = None,
+    ) -> None:
+        """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
+
+        temp=True keeps a build intermediate in memory (spilling to the warehouse's tmp/), out of
+        the warehouse file. view=True makes a temporary view (no parameters). into= writes to
+        another table of the same grain instead of `out` (an incremental update's delta).
+        """
+        sql_file = load_sql(name)
+        target = quote_identifier(into or sql_file.out)
+        if schema:
+            target = f"{quote_identifier(schema)}.{target}"
+        if append:
+            statement = f"insert into {target} by name\n{sql_file.text}"
+        else:
+            kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
+            statement = f"create or replace {kind} {target} as\n{sql_file.text}"
+        self._execute(sql_file, statement, params or {})
+
+    def apply(self, name: str, params: dict[str, Any] | None = None) -> None:
+        """Run `sql/<name>.sql` as written: a statement that changes its `out` table in place
+        (the MERGEs of an incremental update, sql/tables/incremental/)."""
+        sql_file = load_sql(name)
+        self._execute(sql_file, sql_file.text, params or {})
+
+    def query(self, name: str, params: dict[str, Any] | None = None):
+        """Run `sql/<name>.sql` and return a DuckDB relation (.to_arrow_table(), .fetchall(), ...).
+
+        The relation runs when fetched: fetch it once.
+        """
+        sql_file = load_sql(name)
+        return self._execute(sql_file, sql_file.text, params or {}, lazy=True)
+
+    def register(self, name: str, data: Any) -> None:
+        """Expose an Arrow table (made in Python) to SQL under a fixed name."""
+        self.con.register(quote_identifier(name).strip('"'), data)
+
+    def store(self, table: str, data: Any, append: bool = False) -> None:
+        """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
+        as a table, or append its rows."""
+        self.con.register("_specdraft_arrow", data)
+        target = quote_identifier(table)
+        try:
+            if append and self.has_table(table):
+                self.con.execute(f"insert into {target} by name select * from _specdraft_arrow")
+            else:
+                self.con.execute(f"create or replace table {target} as select * from _specdraft_arrow")
+        finally:
+            self.con.unregister("_specdraft_arrow")
+
+    def load_parquet(self, table: str, files: str) -> None:
+        """Replace `table` with the rows of Parquet files (a path or glob) written by another
+        engine (the Spark build)."""
+        self.con.execute(
+            f"create or replace table {quote_identifier(table)} as select * from read_parquet(?)", [files]
+        )
+
+    def drop_view(self, view: str) -> None:
+        self.con.execute(f"drop view if exists {quote_identifier(view)}")
+
+    def drop(self, *tables: str) -> None:
+        for table in tables:
+            self.con.execute(f"drop table if exists {quote_identifier(table)}")
+
+    @contextmanager
+    def transaction(self, name: str):
+        """All-or-nothing: tables a stage creates appear together, or not at all if it fails or
+        is killed (DuckDB rolls back an uncommitted transaction).
+
+        `name` names the failpoints `transaction:<name>:before_commit` (every table of the stage
+        written, none committed) and `transaction:<name>:after_commit`, where
+        tests/test_reliability.py kills the run.
+        """
+        self.con.execute("begin transaction")
+        try:
+            yield
+            reach(f"transaction:{name}:before_commit")
+        except BaseException:
+            self.con.execute("rollback")
+            raise
+        self.con.execute("commit")
+        reach(f"transaction:{name}:after_commit")
+
+    def built_with(self, stage: str) -> str | None:
+        """The build key a stage's tables were last built with (None if never)."""
+        if not self.has_table("build_state"):
+            return None
+        rows = self.query("warehouse/build_key", {"stage": stage}).fetchall()
+        return rows[0][0] if rows else None
+
+    def mark_built(self, stage: str, key: str | None) -> None:
+        self.materialize("warehouse/build_state", {"stage": stage, "build_key": key},
+                         append=self.has_table("build_state"))
+
+    def has_table(self, table: str, schema: str | None = None) -> bool:
+        """Is there such a table (or view) in `schema` (default: the current schema)?"""
+        rows = self.con.execute(
+            "select count(*) from information_schema.tables where table_name = ? "
+            "and table_schema = coalesce(?, current_schema())",
+            [table, schema],
+        ).fetchall()
+        return bool(rows[0][0])
+
+    def row_count(self, table: str) -> int:
+        return self.con.execute(f"select count(*) from {quote_identifier(table)}").fetchall()[0][0]

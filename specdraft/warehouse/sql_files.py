@@ -1,0 +1,72 @@
+"""The SQL files: one statement each, with a header naming the table it makes.
+
+    -- out: exact_continuations
+    -- grain: ctx_len, ctx_hash, rank
+    -- reads: context_keys, prefix_hashes
+    -- params: $draft_len BIGINT, $top_k BIGINT
+
+Files are named after their `out` table and live in sql/<package>/, beside the Python package
+that runs them (specdraft/<package>/).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from specdraft.errors import SpecdraftError
+
+
+def _sql_dir() -> Path:
+    """The SQL files as installed: the package specdraft.sql, which pyproject.toml maps to the
+    top-level sql/ (a checkout or an editable install reads sql/ itself, a wheel its copy)."""
+    root = resources.files("specdraft.sql")
+    if not isinstance(root, Path):  # a zipped install: the files are not on disk
+        raise SpecdraftError(f"{root}: specdraft's SQL files must be installed as files, not zipped")
+    return root
+
+
+SQL_DIR = _sql_dir()
+HEADER_LINE = re.compile(r"^--\s*(out|grain|reads|params):\s*(.*)$")
+PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class SqlFile:
+    """One statement from sql/, with its parsed header."""
+
+    name: str  # its path under sql/ without .sql: "tables/context_keys"
+    path: Path
+    text: str
+    out: str
+    grain: str
+    reads: tuple[str, ...]
+    params: tuple[str, ...]
+
+    @property
+    def used_params(self) -> tuple[str, ...]:
+        body = "\n".join(line for line in self.text.splitlines() if not line.lstrip().startswith("--"))
+        return tuple(sorted(set(PARAM.findall(body))))
+
+
+def load_sql(name: str) -> SqlFile:
+    """Load `sql/<name>.sql` and parse its header."""
+    path = SQL_DIR / f"{name}.sql"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecdraftError(f"{path}: cannot read SQL file ({exc.strerror})") from exc
+    header: dict[str, str] = {}
+    for line in text.splitlines():
+        match = HEADER_LINE.match(line.strip())
+        if match:
+            header[match.group(1)] = match.group(2).strip()
+    params = tuple(sorted(PARAM.findall(header.get("params", ""))))
+    reads = tuple(x.strip() for x in header.get("reads", "").split(",") if x.strip())
+    return SqlFile(name, path, text, header.get("out", ""), header.get("grain", ""), reads, params)
+
+
+def all_sql_names() -> list[str]:
+    return sorted(str(p.relative_to(SQL_DIR).with_suffix("")) for p in SQL_DIR.rglob("*.sql"))
