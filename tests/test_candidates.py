@@ -16,7 +16,7 @@ from specdraft.drafters.autocomplete import SpanIndex, span_prefix_map
 from specdraft.drafters.families import NAMES as FAMILIES
 from specdraft.drafters.families import SEED as SEED_FAMILIES
 from specdraft.errors import SpecdraftError
-from specdraft.pipeline import run_until
+from specdraft.pipeline import RunInputs, run_until
 from specdraft.policy import confidence, evaluate
 from specdraft.sources.synthetic import generate_traces
 
@@ -118,7 +118,7 @@ def _candidates(tmp_path, second_half, cfg):
     data = write_text_traces(tmp_path / "in.parquet", rows)
     warehouse = tmp_path / "wh"
     with recorded_evaluations() as kept:
-        run_until("evaluate", cfg, warehouse, str(data), "unused", name="leak")
+        run_until("evaluate", cfg, RunInputs(warehouse, str(data), name="leak"))
     from specdraft.warehouse.connection import Warehouse
 
     with Warehouse(warehouse, read_only=True, dataset="leak") as wh:
@@ -189,7 +189,7 @@ def test_features_do_not_read_the_label(tmp_path):
     from specdraft.warehouse.connection import Warehouse
 
     cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
-    policy = run_until("calibrate", cfg, tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused")
+    policy = run_until("calibrate", cfg, RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet")))
     assert policy.model is not None
 
     def model_input(wh):
@@ -213,7 +213,7 @@ def test_ngram_drafts_are_real_train_continuations(tmp_path):
     rows += list(zip(table.column("split").to_pylist(), table.column("problem").to_pylist(),
                      table.column("raw_reasoning").to_pylist()))
     data = write_text_traces(tmp_path / "in.parquet", rows)
-    run_until("candidates", CFG, tmp_path / "wh", str(data), "unused", name="real")
+    run_until("candidates", CFG, RunInputs(tmp_path / "wh", str(data), name="real"))
     from specdraft.warehouse.connection import Warehouse
 
     with Warehouse(tmp_path / "wh", read_only=True, dataset="real") as wh:
