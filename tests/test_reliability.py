@@ -154,15 +154,9 @@ VOLATILE_COLUMNS = ("run_id",)  # and every timestamp column
 # like it. Stable digests of these tables cover their distinct rows: the same runs, once or more.
 HISTORY = ("runs", "eval_positions")
 # A kill between a traces file's rename and the catalog's commit leaves the new file and the old
-# catalog (two stores, one rename). The next run uses the new file and equals a clean run, except
-# main.dataset_versions: pipeline.ingest_dataset compares only the catalog's trace count with the
-# file's, so a re-ingest with as many traces is never recorded, and an append is recorded as an
-# ingest of the original input. Known: each such case is an expected failure until it is fixed.
-CATALOG = "main.dataset_versions"
-CATALOG_LAGS = {
-    ("run", "write:parity_traces.parquet:after_rename"), ("run", "transaction:register_dataset:before_commit"),
-    ("append", "write:parity_traces.parquet:after_rename"), ("append", "transaction:append:before_commit"),
-}
+# catalog (two stores, one rename): the next run sees that the catalog's latest row is not the
+# file's latest version (warehouse/catalog.is_cataloged) and records it as the killed command would
+# have, so it too ends as a clean run does.
 
 
 @dataclass(frozen=True)
@@ -471,10 +465,15 @@ def test_every_point_a_command_passes_is_in_the_suite(suite, scenario):
 
 
 def test_every_transaction_in_the_code_is_killed_by_the_suite():
-    """Every `transaction("<name>")` in specdraft/ is a kill point of some scenario."""
-    source = "".join(p.read_text() for p in (Path(__file__).parents[1] / "specdraft").glob("*.py"))
+    """Every `transaction("<name>")` in specdraft/, and every kept stage's transaction (the
+    pipeline opens one per kept stage, named after it), is a kill point of some scenario."""
+    from specdraft import pipeline
+
+    source = "".join(p.read_text() for p in (Path(__file__).parents[1] / "specdraft").rglob("*.py"))
     names = set(re.findall(r"\.transaction\(\"(\w+)\"\)", source))
     assert names and not re.search(r"\.transaction\(\)", source)
+    assert re.search(r"\.transaction\(stage\.name\)", source)
+    names |= {stage.name for stage in pipeline.STAGES if stage.kept}
     killed = {point.split(":")[1] for _, point in CASES if point.startswith("transaction:")}
     assert names == killed
 
@@ -537,14 +536,8 @@ def test_kill_9_at_every_point_loses_nothing(suite, scenario, point):
     clean_tables, clean_files = clean["resumed"].stable()
     assert files == clean_files
     assert not resumed.partials
-    if (scenario.name, point) not in CATALOG_LAGS:
-        assert tables == clean_tables
-        row.append("yes")
-        return
-    assert {**tables, CATALOG: None} == {**clean_tables, CATALOG: None}
-    assert tables[CATALOG] != clean_tables[CATALOG], "fixed: drop it from CATALOG_LAGS"
-    row.append("yes, but for main.dataset_versions (CATALOG_LAGS)")
-    pytest.xfail("the catalog lags after a kill between a traces file's rename and its commit")
+    assert tables == clean_tables
+    row.append("yes")
 
 
 def test_ctrl_c_mid_stage_rolls_back(suite):

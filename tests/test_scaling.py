@@ -16,7 +16,7 @@ from specdraft.cli import main
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.measure.scaling import default_sizes, parse_sizes, scaling_curve, scaling_table, write_scaling
-from specdraft.pipeline import run_all
+from specdraft.pipeline import RunInputs, run_all
 
 from .conftest import FIXTURES
 
@@ -34,7 +34,7 @@ def fixture_train_rows() -> int:
 
 @pytest.fixture(scope="module")
 def curve(tmp_path_factory) -> list[dict]:
-    return scaling_curve(CFG, tmp_path_factory.mktemp("warehouse"), DATA, "unused", sizes=SIZES)
+    return scaling_curve(CFG, RunInputs(tmp_path_factory.mktemp("warehouse"), DATA), sizes=SIZES)
 
 
 def test_one_point_per_size_smallest_first(curve):
@@ -72,14 +72,14 @@ def test_more_train_rows_index_more_positions(curve):
 
 def test_default_series_doubles_up_to_all_train_rows(tmp_path):
     n = fixture_train_rows()
-    points = scaling_curve(CFG, tmp_path, DATA, "unused")
+    points = scaling_curve(CFG, RunInputs(tmp_path, DATA))
     assert [p["rows"] for p in points] == [n // 8, n // 4, n // 2, n]
     assert [p["train_examples"] for p in points] == [p["rows"] for p in points]  # no empty responses here
 
 
 def test_sizes_past_the_train_split_use_all_of_it(tmp_path):
     n = fixture_train_rows()
-    points = scaling_curve(CFG, tmp_path, DATA, "unused", sizes=(10, n + 1, 10 * n))
+    points = scaling_curve(CFG, RunInputs(tmp_path, DATA), sizes=(10, n + 1, 10 * n))
     assert [p["rows"] for p in points] == [10, n]
 
 

@@ -34,7 +34,26 @@ def test_declared_params_are_used_params(name):
 
 def test_context_keys_view_uses_the_python_hash_constants():
     # Views cannot bind parameters, so context_keys.sql spells the primes out.
-    text = (SQL_DIR / "ngrams" / "context_keys.sql").read_text()
+    text = (SQL_DIR / "tables" / "context_keys.sql").read_text()
     body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
     numbers = {int(x) for x in re.findall(r"\b\d{9,}\b", body)}
     assert numbers == {hashing.P1, hashing.P2, hashing.SHIFT}
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_failing_sql_file_names_itself_and_under_debug_shows_everything(tmp_path, debug):
+    """One line naming the file; under --debug, the statement as run and DuckDB's whole error, its
+    LINE and caret included (a maintainer can see which line of which file failed)."""
+    from specdraft.errors import SpecdraftError
+    from specdraft.warehouse.connection import Warehouse
+
+    with Warehouse(tmp_path, dataset="empty", debug=debug) as wh, pytest.raises(SpecdraftError) as failed:
+        wh.query("tables/trace_stats")  # reads selected_traces, which an empty warehouse lacks
+    message = str(failed.value)
+    assert message.startswith("tables/trace_stats.sql: ")
+    if not debug:
+        assert "\n" not in message and "selected_traces" in message
+        return
+    statement = load_sql("tables/trace_stats").text.strip()
+    assert "error executing the following SQL for table trace_stats" in message
+    assert statement in message and "LINE " in message and "^" in message

@@ -17,7 +17,7 @@ from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.measure.timer import StageTimer
 from specdraft.sources.dataset import source_signature
-from specdraft.warehouse.catalog import record_dataset_version
+from specdraft.warehouse.catalog import record_dataset_version, version_record
 from specdraft.warehouse.connection import Warehouse
 
 
@@ -26,7 +26,6 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
     of each split of dataset `name` (the traces Parquet rewritten atomically, earlier rows as
     stored) and record the append in the catalog. The next build updates the n-gram tables from
     the appended traces alone (incremental.py)."""
-    import json
 
     from specdraft.sources.ingest import ColumnMap, read_traces
     from specdraft.sources.tokenizer import load_tokenizer
@@ -49,10 +48,7 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
         raise SpecdraftError(f"{data}: already in dataset {name!r} (ingested or appended, unchanged since)")
     rows = read_traces(data, dataset, columns or ColumnMap(), every_split=False)
     with wh.transaction("append"), appended_traces(rows, tokenizer, path, source) as meta:
-        latest = meta["appends"][-1]
-        record = {"append": latest["version"], "first_trace_id": latest["first_trace_id"],
-                  "splits": latest["splits"], "source": source}
-        record_dataset_version(wh, name, path, meta, json.dumps(record))
+        record_dataset_version(wh, name, path, meta, version_record(meta)[1])
     return path, meta
 
 

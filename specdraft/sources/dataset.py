@@ -8,7 +8,7 @@ from pathlib import Path
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.progress import say
-from specdraft.warehouse.catalog import cataloged_traces, register_dataset
+from specdraft.warehouse.catalog import catch_up, is_cataloged, register_dataset
 from specdraft.warehouse.connection import Warehouse
 
 
@@ -45,12 +45,13 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
     if not _use_stored(meta, data, source):
         if meta is not None and meta.get("appends"):
             say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
-                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)", always=True)
+                f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)",
+                always=True)
         write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
         meta = read_metadata(path)
-    elif wh.has_table("vocab") and cataloged_traces(wh, name) == meta.get("rows"):
-        return path, meta  # already ingested and registered
-    register_dataset(wh, name, path, meta, tokenizer)
+        register_dataset(wh, name, path, meta, tokenizer)
+    elif not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
+        catch_up(wh, name, path, meta, tokenizer)  # written, then killed before the catalog's commit
     return path, meta
 
 

@@ -3,6 +3,7 @@ main.dataset_versions (every ingest and append) behind the main.datasets view.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from specdraft.warehouse.connection import Warehouse
@@ -37,10 +38,39 @@ def record_dataset_version(wh: Warehouse, name: str, path: Path, meta: dict, sou
     wh.materialize("warehouse/datasets", view=True, schema="main", persistent_view=True)
 
 
-def cataloged_traces(wh: Warehouse, name: str) -> int | None:
-    """The dataset's traces in the catalog (differs from the file only if an append was killed
-    between its rename and its commit: then the catalog is brought up to date)."""
-    if not wh.has_table("datasets", "main"):
-        return None
-    rows = wh.query("warehouse/dataset_traces", {"name": name}).fetchall()
-    return rows[0][0] if rows else None
+def version_record(meta: dict) -> tuple[int, str | None]:
+    """(traces, source) of the catalog row a traces file's latest version has: its ingest's (the
+    input's signature), or its last append's (a JSON record of what was appended).
+
+    >>> version_record({"rows": 7, "source": "s"})
+    (7, 's')
+    >>> version_record({"rows": 7, "appends": [{"version": "ab", "first_trace_id": 5, "splits": {"train": 2},
+    ...                                         "source": "t"}]})[1]
+    '{"append": "ab", "first_trace_id": 5, "splits": {"train": 2}, "source": "t"}'
+    """
+    appends = meta.get("appends")
+    if not appends:
+        return meta.get("rows"), meta.get("source")
+    last = appends[-1]
+    record = {"append": last["version"], "first_trace_id": last["first_trace_id"], "splits": last["splits"],
+              "source": last["source"]}
+    return meta.get("rows"), json.dumps(record)
+
+
+def is_cataloged(wh: Warehouse, name: str, meta: dict) -> bool:
+    """Does the catalog's latest row for `name` record the traces file's latest version? Not when
+    a run or an append was killed between the file's rename and the catalog's commit: then the
+    next run records it (catch_up)."""
+    if not wh.has_table("dataset_versions", "main"):
+        return False
+    rows = wh.query("warehouse/dataset_version", {"name": name}).fetchall()
+    return bool(rows) and tuple(rows[0]) == version_record(meta)
+
+
+def catch_up(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
+    """Record the traces file's latest version, as the ingest or append that wrote it would have."""
+    if meta.get("appends") and wh.has_table("vocab"):
+        with wh.transaction("append"):
+            record_dataset_version(wh, name, path, meta, version_record(meta)[1])
+    else:
+        register_dataset(wh, name, path, meta, tokenizer)
