@@ -41,19 +41,25 @@ def test_context_keys_view_uses_the_python_hash_constants():
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_failing_sql_file_names_itself_and_under_debug_shows_everything(tmp_path, debug):
+def test_a_failing_sql_file_names_itself_and_under_debug_shows_everything(tmp_path, monkeypatch, debug):
     """One line naming the file; under --debug, the statement as run and DuckDB's whole error, its
     LINE and caret included (a maintainer can see which line of which file failed)."""
     from specdraft.errors import SpecdraftError
+    from specdraft.warehouse import sql_files
     from specdraft.warehouse.connection import Warehouse
 
-    with Warehouse(tmp_path, dataset="empty", debug=debug) as wh, pytest.raises(SpecdraftError) as failed:
-        wh.query("tables/trace_stats")  # reads selected_traces, which an empty warehouse lacks
+    broken = tmp_path / "sql" / "tables"
+    broken.mkdir(parents=True)
+    (broken / "typo.sql").write_text("-- out: typo\n-- grain: x\n-- reads: nothing\n-- params: (none)\n"
+                                     "select 1 as x\nfrom range(3)\nwehre x > 1\n")
+    monkeypatch.setattr(sql_files, "SQL_DIR", tmp_path / "sql")
+    with Warehouse(tmp_path / "wh", dataset="empty", debug=debug) as wh, pytest.raises(SpecdraftError) as failed:
+        wh.query("tables/typo")
     message = str(failed.value)
-    assert message.startswith("tables/trace_stats.sql: ")
+    assert message.startswith("tables/typo.sql: ")
     if not debug:
-        assert "\n" not in message and "selected_traces" in message
+        assert "\n" not in message and "syntax error" in message
         return
-    statement = load_sql("tables/trace_stats").text.strip()
-    assert "error executing the following SQL for table trace_stats" in message
-    assert statement in message and "LINE " in message and "^" in message
+    assert "error executing the following SQL for table typo" in message
+    assert "select 1 as x\nfrom range(3)\nwehre x > 1" in message
+    assert "LINE 7: wehre x > 1" in message and "^" in message
