@@ -184,13 +184,11 @@ def test_the_label_is_not_a_feature(monkeypatch):
 
 def test_features_do_not_read_the_label(tmp_path):
     """Rewrite every draft's accepted length and rebuild candidate_features: the confidence model's
-    input, and so its predictions, stay the same. Whatever the SQL derives a feature from, it is not
-    the label."""
+    input (so any model's predictions) stays the same, whatever the SQL derives a feature from."""
     from specdraft.warehouse.connection import Warehouse
 
     cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
-    policy = run_until("calibrate", cfg, RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet")))
-    assert policy.model is not None
+    run_until("candidates", cfg, RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet")))
 
     def model_input(wh):
         both = [confidence.calibration_features(wh), evaluate.eval_features(wh)]
@@ -204,7 +202,6 @@ def test_features_do_not_read_the_label(tmp_path):
     assert labels != scrambled_labels
     for before, after in zip(inputs, scrambled_inputs):
         assert len(before) > 1000 and np.array_equal(before, after)
-    assert np.array_equal(policy.model.predict(inputs[1]), policy.model.predict(scrambled_inputs[1]))
 
 
 def test_ngram_drafts_are_real_train_continuations(tmp_path):

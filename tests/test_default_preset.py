@@ -47,6 +47,8 @@ def _selected_without(warehouse, family: str | None) -> float:
     family's rows are dropped in SQL (they still count in the other drafts' agreement features, as
     in the pipeline), a fresh model is fitted on the calibration rows left, and each eval position's
     pick (the first highest prediction among the selectable drafts) is made in plain Python."""
+    from threadpoolctl import threadpool_limits
+
     from specdraft.policy.confidence import ConfidencePolicy
     from specdraft.warehouse.connection import Warehouse
 
@@ -56,7 +58,9 @@ def _selected_without(warehouse, family: str | None) -> float:
             "order by trace_id, pos, family_order, ctx_len", params={"split": split, "family": family},
         ).to_arrow_table()
 
-    with Warehouse(warehouse, read_only=True) as wh:
+    with Warehouse(warehouse, read_only=True) as wh, threadpool_limits(1):
+        # one OpenMP thread: the trees are the same, and on a busy machine a fit on all cores
+        # spends most of its time in spin-waits (here up to 30 s a fit instead of 1 s)
         wh.use_dataset("parity_traces")
         policy = ConfidencePolicy.fit(features("calibration"))
         drafts = features("eval")
