@@ -166,7 +166,7 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     from specdraft.pipeline import run_until
     from specdraft.report.results import write_outputs
 
-    results = run_until("evaluate", cfg, inputs, leave_one_out=leave_one_out)
+    results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)
     if out:
         write_outputs(results, Path(out))
     from specdraft.report.charts import summary_table

@@ -1,7 +1,7 @@
 """The whole benchmark as one declared sequence of stages:
 
     ingest (sources) -> ngram_tables (tables) -> candidates (drafters) -> calibrate (policy)
-    -> evaluate (policy, then the report's results and the runs table)
+    -> evaluate (policy) -> report (the results dict and its row in the runs table)
 
 Each `Stage` is declared once in STAGES: its name, its package (specdraft/<package>/ and
 sql/<package>/ hold the code its output comes from), the settings its output depends on, whether
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class RunState:
     tokenizer: Any = None
     counters: dict | None = None
     policy: Any = None
+    evaluation: Any = None  # policy.evaluate.Evaluation
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Stage:
     # the stage's transaction) and returns the key to record, reused while the key holds.
     build: Callable[[RunState, str | None, str], str] | None = None
     settings: tuple[str, ...] = ()  # the RunConfig fields its tables depend on
+    timed: bool = True  # its wall time and peak are in results.json's timings
 
     @property
     def kept(self) -> bool:
@@ -141,11 +144,17 @@ def _calibrate(run: RunState):
     return run.policy
 
 
-def _evaluate(run: RunState) -> dict:
-    """The policy on eval, then the results (with the leave-one-out refits if asked), recorded."""
+def _evaluate(run: RunState):
+    run.evaluation = run.policy.evaluate(run.wh, run.cfg, _tokenizer(run), run.path)
+    return run.evaluation
+
+
+def _report(run: RunState) -> dict:
+    """The results (with the leave-one-out refits if asked), recorded as a run; the run's total
+    time and peak are taken first, after every other stage has ended."""
     from specdraft.report.results import build_results, dropped_traces, record_run
 
-    evaluation = run.policy.evaluate(run.wh, run.cfg, _tokenizer(run), run.path)
+    evaluation = run.evaluation
     run.timer.finish()
     results = build_results(run.wh, run.cfg, run.inputs.dataset_name, run.meta, run.counters, run.policy,
                             evaluation, run.timer.seconds)
@@ -171,8 +180,11 @@ STAGES = (
     )),
     Stage("calibrate", "policy", output=_calibrate),
     Stage("evaluate", "policy", output=_evaluate),
+    # not timed: it records the run's totals (its leave-one-out refits are timed on their own)
+    Stage("report", "report", output=_report, timed=False),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
+TIMED_STAGES = tuple(stage.name for stage in STAGES if stage.timed)  # results.json's timings_s
 
 
 def _tokenizer(run: RunState):
@@ -219,7 +231,7 @@ def _run_stage(stage: Stage, run: RunState):
     """One stage: (re)build its tables if it keeps any and its key changed, then its output."""
     from specdraft.tables.incremental import same_build
 
-    with run.timer.stage(stage.name):
+    with run.timer.stage(stage.name) if stage.timed else nullcontext():
         if stage.kept:
             key = build_key(stage, run)
             built = run.wh.built_with(stage.name)
@@ -236,8 +248,8 @@ def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | 
               run_id: str | None = None, leave_one_out: bool = False):
     """Run the stages up to and including `last`, reusing tables already built for the same
     inputs; return that stage's output: the traces path (ingest), the index counters
-    (ngram_tables), the candidate counts (candidates), the policy (calibrate) or the results
-    dict (evaluate).
+    (ngram_tables), the candidate counts (candidates), the policy (calibrate), its Evaluation
+    (evaluate) or the recorded run's results dict (report).
 
     engine="spark" builds the stage-4 tables on Spark and loads them into the warehouse; the
     tables equal DuckDB's, so tables already built are reused whichever engine made them.
@@ -257,6 +269,6 @@ def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | 
 def run_all(cfg: RunConfig, warehouse: Path, data: str | list[str] | None = None, dataset: str = DEFAULT_DATASET,
             leave_one_out: bool = False, **inputs) -> dict:
     """Every stage; the results dict (report.results.build_results). Shorthand for
-    run_until("evaluate", cfg, RunInputs(warehouse, data, dataset, **inputs))."""
-    return run_until("evaluate", cfg, RunInputs(Path(warehouse), data, dataset, **inputs),
+    run_until("report", cfg, RunInputs(warehouse, data, dataset, **inputs))."""
+    return run_until("report", cfg, RunInputs(Path(warehouse), data, dataset, **inputs),
                      leave_one_out=leave_one_out)

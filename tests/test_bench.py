@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from specdraft.cli import main
 from specdraft.measure.bench import DEFAULT_REFERENCE, format_stages
 from specdraft.measure.timer import StageTimer, reset_peak_rss
-from specdraft.pipeline import STAGE_NAMES as STAGES
+from specdraft.pipeline import TIMED_STAGES as STAGES
 
 from .conftest import FIXTURES
 

@@ -98,9 +98,9 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
 
 def _stage_order(stages) -> list[str]:
     """Pipeline order (results.json sorts its keys), then any others, total last."""
-    from specdraft.pipeline import STAGE_NAMES
+    from specdraft.pipeline import TIMED_STAGES
 
-    known = [*STAGE_NAMES, "leave_one_out"]
+    known = [*TIMED_STAGES, "leave_one_out"]
     rest = sorted(s for s in stages if s not in known and s != "total")
     return [s for s in known if s in stages] + rest + (["total"] if "total" in stages else [])
 

@@ -91,7 +91,7 @@ def scaling_curve(cfg: RunConfig, inputs, sizes: tuple[int, ...] | None = None) 
     for i, limit in enumerate(limits, 1):
         say(f"scaling {i}/{len(limits)}: {limit} train rows")
         started = time.perf_counter()
-        results = run_until("evaluate", dataclasses.replace(cfg, train_limit=limit), inputs)
+        results = run_until("report", dataclasses.replace(cfg, train_limit=limit), inputs)
         points.append({
             "label": _label(limit, cfg.preset),
             "rows": limit,

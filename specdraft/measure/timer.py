@@ -38,7 +38,8 @@ class StageTimer:
     def finish(self) -> None:
         """The run's total so far: wall seconds since the timer started, and the process's peak."""
         self.seconds["total"] = round(time.perf_counter() - self.started, 3)
-        self.peak_rss_bytes["total"] = max(self.process_peak_rss_bytes, peak_rss_bytes())
+        self.peak_rss_bytes["total"] = max(self.process_peak_rss_bytes, peak_rss_bytes(),
+                                           *self.peak_rss_bytes.values())
 
 
 def reset_peak_rss() -> bool:
