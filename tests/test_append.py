@@ -154,13 +154,19 @@ def test_append_updates_the_tables_as_a_full_rebuild_would(tmp_path, case):
         assert grew
 
 
-def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_path):
+def _run_then_append(tmp_path):
+    """A seed run of 30/6/6 fixture rows as dataset `ds`, then an append of the rest, by the CLI."""
     cfg = RunConfig(preset="seed", **SMALL)
     base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
     root = tmp_path / "wh"
     flags = ["--preset", "seed", "--max-completion-tokens", "160", "--warehouse", root]
     assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "a", *flags).exit_code == 0
     assert cli("ingest", "--append", "--data", extra, "--name", "ds", *flags).exit_code == 0
+    return cfg, base, extra, root, flags
+
+
+def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_path):
+    cfg, base, _extra, root, flags = _run_then_append(tmp_path)
     # --data pointing at the original file: the stored dataset with its appended traces
     assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "b", *flags).exit_code == 0
     key = latest_build_key(root)
@@ -274,12 +280,7 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
 def test_a_changed_original_input_replaces_the_dataset_and_its_appends(tmp_path):
     """`run --data ORIGINAL` after ORIGINAL changed: the dataset is ingested afresh from it, its
     appends are gone, the catalog records the new version, and the tables equal a fresh run's."""
-    cfg = RunConfig(preset="seed", **SMALL)
-    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
-    root = tmp_path / "wh"
-    flags = ["--preset", "seed", "--max-completion-tokens", "160", "--warehouse", root]
-    assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "a", *flags).exit_code == 0
-    assert cli("ingest", "--append", "--data", extra, "--name", "ds", *flags).exit_code == 0
+    cfg, base, extra, root, flags = _run_then_append(tmp_path)
     original = pl.read_parquet(base)
     changed = original.slice(1)  # the first train row removed
     changed.write_parquet(base)
