@@ -419,6 +419,63 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
         click.echo(f"{row['source']:<22}{count:<12} {row['text']!r}")
 
 
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Directory for the bundle (written beside it and renamed into place; an earlier bundle "
+                   "there is replaced).")
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def export(run_id, out, warehouse, debug) -> None:
+    """Write the drafter bundle of a recorded run (default: the latest), to run it live.
+
+    The bundle holds the train-side tables the run's sources read (n-gram continuations, backoff
+    picks, the token store), the fitted policy, the run's config and tokenizer, and a manifest of
+    every file's size and sha256: Arrow IPC and JSON, never pickle. Load it with
+    `specdraft.Drafter.load(DIR)`. --preset seed runs only, for now. Prints the files.
+    """
+    from specdraft.live.bundle import export_bundle
+
+    manifest = export_bundle(Path(warehouse), run_id, Path(out))
+    for name, entry in manifest["files"].items():
+        click.echo(f"{name}\t{entry['bytes']}\t{entry['sha256']}")
+    click.echo(f"wrote {out}: the drafter of run {manifest['run_id']}", err=True)
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--bundle", required=True, type=click.Path(file_okay=False),
+              help="The run's drafter bundle (`specdraft export`).")
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def replay(run_id, bundle, warehouse, fmt, debug) -> None:
+    """Replay a recorded run's eval traces (default: the latest run) through the live drafter.
+
+    Each trace is started with its prompt, then at every response position the drafter proposes
+    and is extended by the true next token, as a decoder would call it; a second walk takes the
+    decode steps. Prints the share of positions where the live draft equals the run's chosen
+    draft, accepted tokens per position beside the run's, the latency of propose and extend, the
+    bundle's size, its load time and the process's memory once loaded.
+    """
+    import json
+
+    from specdraft.live.replay import format_replay
+    from specdraft.live.replay import replay as run_replay
+    from specdraft.progress import say
+
+    result = run_replay(Path(warehouse), run_id, Path(bundle))
+    click.echo(json.dumps(result, indent=2) if fmt == "json" else format_replay(result))
+    if result["exact_positions"] != result["positions"]:
+        say(f"warning: the live draft differs from the run's at "
+            f"{result['positions'] - result['exact_positions']} positions", always=True)
+
+
 def _scales(ctx, param, value: str) -> tuple[int, ...]:
     from specdraft.measure.bench import parse_scales
 

@@ -9,6 +9,7 @@ losing power: there is no fsync.)
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,31 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `path` to fill; when the block ends cleanly it is
+    renamed to `path`, otherwise removed. A directory already at `path` is moved aside first and
+    removed after (the caller decides whether it may be replaced). Failpoints
+    `write:<name>:before_rename` and `after_rename`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = _partial_path(path)
+    partial.mkdir()
+    try:
+        yield partial
+        reach(f"write:{path.name}:before_rename")
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.{os.getpid()}.old.partial")
+            os.replace(path, old)
+        os.replace(partial, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        reach(f"write:{path.name}:after_rename")
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` (UTF-8) to `path` atomically."""
     with atomic_path(path) as partial:
@@ -44,8 +70,12 @@ def _partial_path(path: Path) -> Path:
     (a partial whose pid is still running belongs to a live writer: keep it)."""
     for stale in path.parent.glob(f".{path.name}.*.partial"):
         pid = stale.name[len(path.name) + 2 : -len(".partial")]
+        pid = pid.removesuffix(".old")
         if pid.isdigit() and not _running(int(pid)):
-            stale.unlink(missing_ok=True)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
     return path.with_name(f".{path.name}.{os.getpid()}.partial")
 
 

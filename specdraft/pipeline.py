@@ -213,12 +213,33 @@ def code_fingerprint(stage: Stage) -> str:
     return digest.hexdigest()[:12]
 
 
+def settings_of(stage: Stage) -> tuple[str, ...]:
+    """The RunConfig fields a stage's tables depend on: its own and every earlier stage's."""
+    return tuple(field for s in _earlier(stage) for field in s.settings)
+
+
+def stale_stages(wh: Warehouse, cfg: RunConfig, tokenizer_fingerprint: str) -> list[str]:
+    """The kept stages whose tables in the warehouse were not built with `cfg`'s settings and
+    tokenizer (a later run rebuilt them): what a run's recorded config no longer describes.
+    The code's fingerprint is not compared (tables of older code are still that run's)."""
+    stale = []
+    for stage in STAGES:
+        if not stage.kept:
+            continue
+        key = wh.built_with(stage.name)
+        # build_key's layout: dataset:source:tokenizer:settings:code|traces=N|version=V...
+        parts = key.split("|", 1)[0].rsplit(":", 3) if key else []
+        if len(parts) != 4 or parts[1:3] != [tokenizer_fingerprint, cfg.fingerprint(*settings_of(stage))]:
+            stale.append(stage.name)
+    return stale
+
+
 def build_key(stage: Stage, run: RunState) -> str:
     """What a kept stage's tables are built from: the dataset, its traces file (and the version of
     it, after appends), the settings of the stages up to it, and their code."""
     from specdraft.tables.incremental import covered_key
 
-    fields = tuple(field for s in _earlier(stage) for field in s.settings)
+    fields = settings_of(stage)
     meta = run.meta
     return covered_key(
         f"{run.inputs.dataset_name}:{meta.get('source')}:{meta.get('tokenizer_fingerprint')}"

@@ -17,9 +17,11 @@ decode-step walk), and `PromptAutocomplete.walk` takes the visited positions.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
+
+import numpy as np
 
 from specdraft.sources.tokenizer import Tokenizer
 
@@ -40,23 +42,68 @@ def segment_after_delimiters(line: str) -> str:
 
 def prompt_spans(prompt: str, max_span_chars: int = MAX_SPAN_CHARS) -> list[str]:
     """Spans of the prompt a response may quote: from a word or number start to a clause end,
-    or up to nine words; at least 8 characters; longest first."""
+    or up to nine words; at least 8 characters; longest first. (The seed's definition, kept as
+    the oracle of SpanIndex, which needs only longest_spans.)"""
     spans: set[str] = set()
-    starts = [m.start() for m in SPAN_START.finditer(prompt)]
-    boundaries = sorted({len(prompt)} | {m.end() for m in SPAN_END.finditer(prompt)})
-    for start in starts:
-        for end in boundaries:
-            if end <= start:
-                continue
+    boundaries = _boundaries(prompt)
+    for start in _starts(prompt):
+        for end in boundaries[bisect_right(boundaries, start) :]:
             if end - start > max_span_chars:
                 break
             span = prompt[start:end].strip()
             if len(span) >= 8:
                 spans.add(span)
-        words = SPAN_WORDS.match(prompt[start:])
+        words = SPAN_WORDS.match(prompt, start)
         if words and len(words.group(0)) >= 8:
             spans.add(words.group(0)[:max_span_chars].strip())
-    return sorted(spans, key=lambda span: (-len(span), span))
+    return _longest_first(spans)
+
+
+def longest_spans(prompt: str, max_span_chars: int = MAX_SPAN_CHARS) -> list[str]:
+    """The longest of prompt_spans at each start, distinct, longest first: all a lookup needs.
+
+    Every span is a prefix of the longest span at its start, so wherever a span begins with a
+    segment, the longest one at its start does too and sorts before it: the seed's table always
+    answers with one of these. One binary search per start, so linear in the prompt, where
+    prompt_spans pairs each start with every boundary within reach.
+
+    >>> longest_spans("Tom buys 3 apples, then 2 pears.")[:3]
+    ['Tom buys 3 apples, then 2 pears.', 'buys 3 apples, then 2 pears.', '3 apples, then 2 pears.']
+    """
+    spans: set[str] = set()
+    boundaries = _boundaries(prompt)
+    for start in _starts(prompt):
+        last = bisect_right(boundaries, start + max_span_chars) - 1
+        span = prompt[start : boundaries[last]].strip() if last >= 0 and boundaries[last] > start else ""
+        if len(span) < 8:
+            span = ""
+        words = SPAN_WORDS.match(prompt, start)
+        if words and len(words.group(0)) >= 8:
+            quoted = words.group(0)[:max_span_chars].strip()
+            span = quoted if len(quoted) > len(span) else span
+        if span:
+            spans.add(span)
+    return _longest_first(spans)
+
+
+def _longest_first(spans: set[str]) -> list[str]:
+    """Sorted by (-len(span), span): by text, then (a stable sort) by length, longest first; two
+    C-level sorts instead of a Python key per span.
+
+    >>> _longest_first({"bb", "a", "ab", "ccc"})
+    ['ccc', 'ab', 'bb', 'a']
+    """
+    ordered = sorted(spans)
+    ordered.sort(key=len, reverse=True)
+    return ordered
+
+
+def _starts(prompt: str) -> list[int]:
+    return [m.start() for m in SPAN_START.finditer(prompt)]
+
+
+def _boundaries(prompt: str) -> list[int]:
+    return sorted({len(prompt)} | {m.end() for m in SPAN_END.finditer(prompt)})
 
 
 def span_prefix_map(prompt: str) -> dict[str, str]:
@@ -71,38 +118,84 @@ def span_prefix_map(prompt: str) -> dict[str, str]:
 
 
 class SpanIndex:
-    """span_prefix_map's lookups, from a sorted list instead of every prefix of every span.
+    """span_prefix_map's lookups, without building it.
 
-    For an ASCII span, span[:n].lower() == span.lower()[:n], so the spans a lower-cased segment
-    of length n can match are a contiguous run of the spans sorted by their lower-cased text;
-    the first of them in prompt_spans order (rank) with 3 <= n < min(len(span), 240) wins.
-    Non-ASCII spans (where lowering can change lengths, or depend on the next letter, as with
-    a final sigma) keep the seed's exact per-prefix table.
+    Only longest_spans can answer. Sorted by their lower-cased text, the spans a lower-cased
+    segment can begin are a contiguous run, and the first of them in prompt_spans order is the
+    run's smallest rank (RangeMin answers that at once): a lookup costs two binary searches
+    however long the prompt. That needs span[:n].lower() == span.lower()[:n], true unless a
+    character lowers to two (İ) or by its context (a final Σ); such spans keep the seed's table
+    of every prefix.
     """
 
     def __init__(self, prompt: str) -> None:
-        self.spans = prompt_spans(prompt)
-        ascii_spans = [(span.lower(), rank) for rank, span in enumerate(self.spans) if span.isascii()]
-        ascii_spans.sort()
-        self.lowered = [lowered for lowered, _ in ascii_spans]
-        self.ranks = [rank for _, rank in ascii_spans]
+        self.spans = longest_spans(prompt)
+        sortable = sorted((span.lower(), rank) for rank, span in enumerate(self.spans) if _lowers_in_place(span))
+        self.lowered = [lowered for lowered, _ in sortable]
+        self._first = RangeMin([rank for _, rank in sortable])
         self.other: dict[str, int] = {}
         for rank, span in enumerate(self.spans):
-            if not span.isascii():
+            if not _lowers_in_place(span):
                 for prefix_len in range(MIN_SEGMENT_CHARS, min(len(span), MAX_SPAN_CHARS)):
                     self.other.setdefault(span[:prefix_len].lower(), rank)
 
     def get(self, lowered: str) -> str | None:
         best = self.other.get(lowered)
         n = len(lowered)
-        if MIN_SEGMENT_CHARS <= n < MAX_SPAN_CHARS and lowered.isascii():
-            i = bisect_left(self.lowered, lowered)
-            while i < len(self.lowered) and self.lowered[i].startswith(lowered):
-                rank = self.ranks[i]
+        if MIN_SEGMENT_CHARS <= n < MAX_SPAN_CHARS:
+            lo, hi = _prefix_run(self.lowered, lowered)
+            if lo < hi:
+                # the run's longest span: if it is no longer than the segment, none is
+                rank = self._first(lo, hi)
                 if n < len(self.spans[rank]) and (best is None or rank < best):
                     best = rank
-                i += 1
         return None if best is None else self.spans[best]
+
+
+def _lowers_in_place(text: str) -> bool:
+    """Does every prefix of `text` lower to the same prefix of text.lower()?
+
+    >>> _lowers_in_place("Total ß"), _lowers_in_place("İstanbul"), _lowers_in_place("ΣΑΣ")
+    (True, False, False)
+    """
+    return "\u03a3" not in text and len(text.lower()) == len(text)
+
+
+def _prefix_run(items: list[str], prefix: str) -> tuple[int, int]:
+    """The run of sorted `items` that begin with `prefix` (items[lo:hi]).
+
+    >>> _prefix_run(["ab", "abc", "abd", "b"], "ab")
+    (0, 3)
+    """
+    lo = bisect_left(items, prefix)
+    if ord(prefix[-1]) < 0x10FFFF:
+        # every string with the prefix sorts before the prefix with its last character raised
+        return lo, bisect_left(items, prefix[:-1] + chr(ord(prefix[-1]) + 1), lo)
+    hi = lo
+    while hi < len(items) and items[hi].startswith(prefix):
+        hi += 1
+    return lo, hi
+
+
+class RangeMin:
+    """The smallest of values[lo:hi] in O(1): a sparse table of the minima of every run of 2^k.
+
+    >>> RangeMin([5, 2, 7, 1, 9])(0, 3), RangeMin([5, 2, 7, 1, 9])(2, 5)
+    (2, 1)
+    """
+
+    def __init__(self, values: list[int]) -> None:
+        self.levels = [np.asarray(values, dtype=np.int64)]
+        width = 1
+        while 2 * width <= len(values):
+            below = self.levels[-1]
+            self.levels.append(np.minimum(below[:-width], below[width:]))
+            width *= 2
+
+    def __call__(self, lo: int, hi: int) -> int:
+        k = (hi - lo).bit_length() - 1
+        level = self.levels[k]
+        return int(min(level[lo], level[hi - (1 << k)]))
 
 
 @lru_cache(maxsize=8)

@@ -52,6 +52,18 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def current_rss_bytes() -> int:
+    """This process's resident memory now (VmRSS on Linux; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return peak_rss_bytes()
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory since the last reset: VmHWM on Linux, else ru_maxrss."""
     try:

@@ -1,0 +1,303 @@
+"""A drafter bundle: what one recorded run's drafter needs to run live, and nothing else.
+
+    manifest.json   format and version, the run, the tokenizer (name, fingerprint, vocabulary
+                    size), the tables' context-length segments, every other file's size and sha256
+    config.json     the run's RunConfig
+    policy.json     the fitted policy (--preset seed: SourceAveragePolicy's global_avg, source_avg)
+    ngram.arrow     key, count, store_pos: per n-gram context, its rank-1 continuation
+    backoff.arrow   key, token_id, count, total: per backoff context, its pick
+    store.arrow     token_id: the train traces' tokens, which n-gram drafts point into
+
+The tables are Arrow IPC files, one record batch each, uncompressed, so loading memory-maps them;
+JSON for the rest. Nothing is pickled: loading a bundle runs no code from it. Keys are the
+warehouse's context keys as one residue mod P1 * P2 (keys.py), sorted within each context
+length. A bundle is written to a temporary directory and renamed into place (files.atomic_dir),
+and read only after every file's size and checksum match its manifest.
+
+Materializing the n-gram drafts instead of pointing into the store would cost draft_len int32s
+per context (on the development set, 11.4M contexts: 730 MB, against 9 MB of store and 4 bytes
+of pointer each).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError, first_line
+from specdraft.live import keys
+from specdraft.live.tables import ContextTable, segments_of
+from specdraft.policy.seed import SourceAveragePolicy
+from specdraft.tables import hashing
+
+FORMAT = "specdraft-drafter"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+# file -> its columns, in order; integer widths are chosen per bundle (the narrowest that fits)
+TABLE_COLUMNS = {
+    "ngram.arrow": ("key", "count", "store_pos"),
+    "backoff.arrow": ("key", "token_id", "count", "total"),
+    "store.arrow": ("token_id",),
+}
+JSON_FILES = ("config.json", "policy.json")
+
+
+# -- export -------------------------------------------------------------------------------------
+
+def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
+    """Write the bundle of a recorded run (default: the latest) to `out`; returns its manifest."""
+    from specdraft.report.results import load_run
+    from specdraft.sources.tokenizer import load_tokenizer
+    from specdraft.warehouse.connection import Warehouse
+
+    results = load_run(Path(warehouse), run_id)
+    run_id = results["run_id"]
+    if results.get("preset") != "seed":
+        raise SpecdraftError(
+            f"run {run_id} is a --preset {results.get('preset')} run: exporting its drafter (the confidence "
+            "model) is not supported yet; export a --preset seed run"
+        )
+    cfg = RunConfig(**results["config"])
+    tokenizer_fp = results["tokenizer"]["fingerprint"]
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    if tokenizer.fingerprint != tokenizer_fp:
+        raise SpecdraftError(f"run {run_id} was tokenized with {cfg.tokenizer} fingerprint {tokenizer_fp}; "
+                             f"the tokenizer loaded under that name here has {tokenizer.fingerprint}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
+        raise SpecdraftError(f"{out}: exists and is not a drafter bundle; choose another --out")
+    with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
+        check_tables_are_the_runs(wh, cfg, results)
+        store, starts = _store(wh)
+        ngram = _ngram(wh, len(store), cfg.draft_len)
+        backoff = _backoff(wh, cfg)
+    tables = {"store.arrow": pa.table({"token_id": store})}
+    segments = {}
+    for name, (ctx_lens, table) in (("ngram.arrow", ngram), ("backoff.arrow", backoff)):
+        tables[name] = table
+        segments[name] = segments_of(ctx_lens)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "run_id": run_id,
+        "dataset": results["dataset"],
+        "preset": results["preset"],
+        "draft_len": cfg.draft_len,
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "tokenizer": {"name": cfg.tokenizer, "fingerprint": tokenizer_fp, "vocab_size": tokenizer.vocab_size},
+        "hash": {"p1": hashing.P1, "p2": hashing.P2, "b1": hashing.B1, "b2": hashing.B2},
+        "tables": {name: {"rows": table.num_rows, "segments": segments.get(name, [])}
+                   for name, table in tables.items()},
+        "train_traces": len(starts),
+        "files": {},
+    }
+    from specdraft.files import atomic_dir
+
+    with atomic_dir(out) as partial:
+        for name, table in tables.items():
+            with pa.OSFile(str(partial / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+        (partial / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
+        policy = {"kind": "seed", **results["policy"]}
+        (partial / "policy.json").write_text(json.dumps(policy, indent=2, sort_keys=True) + "\n")
+        for name in (*tables, *JSON_FILES):
+            manifest["files"][name] = {"bytes": (partial / name).stat().st_size, "sha256": _sha256(partial / name)}
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def check_tables_are_the_runs(wh, cfg: RunConfig, results: dict) -> None:
+    """The warehouse holds one build's tables: those of the run's settings, or a later run's."""
+    from specdraft.pipeline import stale_stages
+
+    stale = stale_stages(wh, cfg, results["tokenizer"]["fingerprint"])
+    stats = {split: traces for split, traces, *_ in wh.query("tables/trace_stats").fetchall()}
+    counts = {split: results.get(f"{split}_examples") for split in ("train", "calibration", "eval")}
+    if stale or any(stats.get(split, 0) != n for split, n in counts.items()):
+        raise SpecdraftError(
+            f"run {results['run_id']}: the warehouse's tables were rebuilt since (for other settings or "
+            f"data: {', '.join(stale) or 'trace counts differ'}); rerun it (`specdraft run` with its settings) first"
+        )
+
+
+def _store(wh) -> tuple[np.ndarray, np.ndarray]:
+    rows = wh.query("live/bundle_store").to_arrow_table()
+    tokens = rows.column("tokens").combine_chunks()
+    store = tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int32)
+    starts = rows.column("store_start").to_numpy()
+    lengths = tokens.value_lengths().to_numpy(zero_copy_only=False)
+    if len(starts) and int(starts[-1] + lengths[-1]) != len(store):
+        raise SpecdraftError("live/bundle_store.sql: store offsets do not add up to the train tokens")
+    return store, starts
+
+
+def _sorted(rows: pa.Table, values: tuple[str, ...]) -> tuple[np.ndarray, pa.Table]:
+    """Live keys, the rows sorted by (ctx_len, key), the narrowest integer column types."""
+    ctx_lens = rows.column("ctx_len").to_numpy()
+    live = keys.live_keys(rows.column("ctx_hash").to_numpy())
+    order = np.lexsort((live, ctx_lens))
+    columns = {"key": live[order]}
+    for name in values:
+        columns[name] = _narrow(rows.column(name).to_numpy()[order])
+    return ctx_lens[order], pa.table(columns)
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """int32 if every value fits, else int64.
+
+    >>> _narrow(np.array([1, 2**31 - 1])).dtype, _narrow(np.array([2**31])).dtype
+    (dtype('int32'), dtype('int64'))
+    """
+    info = np.iinfo(np.int32)
+    if not len(values) or (values.min() >= info.min and values.max() <= info.max):
+        return values.astype(np.int32)
+    return values.astype(np.int64)
+
+
+def _ngram(wh, store_len: int, draft_len: int) -> tuple[np.ndarray, pa.Table]:
+    ctx_lens, table = _sorted(wh.query("live/bundle_ngram").to_arrow_table(), ("count", "store_pos"))
+    ends = table.column("store_pos").to_numpy() + draft_len
+    if len(ends) and int(ends.max()) > store_len:
+        raise SpecdraftError("live/bundle_ngram.sql: a continuation points past the token store")
+    return ctx_lens, table
+
+
+def _backoff(wh, cfg: RunConfig) -> tuple[np.ndarray, pa.Table]:
+    rows = wh.query("live/bundle_backoff", {"backoff_lengths": list(cfg.effective_backoff_lengths)})
+    return _sorted(rows.to_arrow_table(), ("token_id", "count", "total"))
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+# -- load ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded bundle: memory-mapped tables, immutable."""
+
+    root: Path
+    manifest: dict
+    config: RunConfig
+    policy: SourceAveragePolicy
+    ngram: ContextTable
+    ngram_count: memoryview
+    ngram_store_pos: memoryview
+    backoff: ContextTable
+    backoff_token: memoryview
+    backoff_count: memoryview
+    backoff_total: memoryview
+    store: memoryview
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f["bytes"] for f in self.manifest["files"].values()) + (self.root / MANIFEST).stat().st_size
+
+
+def read_bundle(root: Path) -> Bundle:
+    """Check and open a bundle: format version, every file's size and sha256, the table columns.
+    Anything wrong is one line naming the file."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    for name, expected in manifest["files"].items():
+        path = root / name
+        if not path.is_file():
+            raise SpecdraftError(f"{path}: missing from the bundle")
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            raise SpecdraftError(f"{path}: {size} bytes, the manifest says {expected['bytes']} (truncated or replaced)")
+        if _sha256(path) != expected["sha256"]:
+            raise SpecdraftError(f"{path}: checksum does not match the manifest (the file is corrupted)")
+    missing = [name for name in (*TABLE_COLUMNS, *JSON_FILES) if name not in manifest["files"]]
+    if missing:
+        raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
+    config = RunConfig(**_read_json(root / "config.json"))
+    policy = _read_policy(root / "policy.json")
+    columns = {name: _read_table(root / name) for name in TABLE_COLUMNS}
+    segments = manifest["tables"]
+    ngram, backoff = columns["ngram.arrow"], columns["backoff.arrow"]
+    return Bundle(
+        root, manifest, config, policy,
+        ngram=ContextTable(ngram["key"], [tuple(s) for s in segments["ngram.arrow"]["segments"]]),
+        ngram_count=memoryview(ngram["count"]),
+        ngram_store_pos=memoryview(ngram["store_pos"]),
+        backoff=ContextTable(backoff["key"], [tuple(s) for s in segments["backoff.arrow"]["segments"]]),
+        backoff_token=memoryview(backoff["token_id"]),
+        backoff_count=memoryview(backoff["count"]),
+        backoff_total=memoryview(backoff["total"]),
+        store=memoryview(columns["store.arrow"]["token_id"]),
+    )
+
+
+def read_manifest(root: Path) -> dict:
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise SpecdraftError(f"{path}: no such file; {root} is not a drafter bundle (`specdraft export` writes one)")
+    manifest = _read_json(path)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise SpecdraftError(f"{path}: not a specdraft drafter bundle manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise SpecdraftError(f"{path}: bundle format version {version}; this specdraft reads version "
+                             f"{FORMAT_VERSION} (export the run again)")
+    expected = {"p1": hashing.P1, "p2": hashing.P2, "b1": hashing.B1, "b2": hashing.B2}
+    if manifest.get("hash") != expected:
+        raise SpecdraftError(f"{path}: the bundle's context keys use other hash constants than this specdraft")
+    files, tables, tokenizer = manifest.get("files"), manifest.get("tables"), manifest.get("tokenizer")
+    if not (isinstance(files, dict) and all(isinstance(f, dict) and {"bytes", "sha256"} <= set(f) for f in files.values())
+            and isinstance(tables, dict) and isinstance(tokenizer, dict)
+            and {"name", "fingerprint", "vocab_size"} <= set(tokenizer)):
+        raise SpecdraftError(f"{path}: incomplete manifest (files, tables or tokenizer missing)")
+    if manifest.get("preset") != "seed":
+        raise SpecdraftError(f"{path}: a --preset {manifest.get('preset')} bundle; only --preset seed is supported yet")
+    return manifest
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecdraftError(f"{path}: unreadable ({first_line(exc)})") from exc
+
+
+def _read_policy(path: Path) -> SourceAveragePolicy:
+    data = _read_json(path)
+    try:
+        if data["kind"] != "seed":
+            raise SpecdraftError(f"{path}: a {data['kind']!r} policy; only the seed's is supported yet")
+        calibration = {s: (int(v["positions"]), int(v["accepted_sum"])) for s, v in data["calibration"].items()}
+        source_avg = {str(s): float(v) for s, v in data["source_avg"].items()}
+        return SourceAveragePolicy(float(data["global_avg"]), source_avg, calibration)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecdraftError(f"{path}: not a seed policy ({type(exc).__name__}: {first_line(exc)})") from exc
+
+
+def _read_table(path: Path) -> dict[str, np.ndarray]:
+    """The columns of a one-batch Arrow IPC file, as numpy arrays over the memory map."""
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+        if reader.num_record_batches != 1:
+            raise ValueError(f"{reader.num_record_batches} record batches, expected 1")
+        batch = reader.get_batch(0)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SpecdraftError(f"{path}: not a readable Arrow IPC table ({first_line(exc)})") from exc
+    expected = TABLE_COLUMNS[path.name]
+    schema = batch.schema
+    wrong = tuple(schema.names) != expected or any(
+        t not in (pa.int32(), pa.int64()) or (name == "key" and t != pa.int64())
+        for name, t in zip(schema.names, schema.types)
+    )
+    if wrong or any(column.null_count for column in batch.columns):
+        raise SpecdraftError(f"{path}: columns {[f'{f.name} {f.type}' for f in schema]}, expected "
+                             f"{', '.join(expected)} (int64 key, int32 or int64 values, no nulls)")
+    names = schema.names
+    return {name: batch.column(name).to_numpy(zero_copy_only=True) for name in names}

@@ -1,0 +1,366 @@
+"""The drafter of a recorded run, live: one session per request, drafts proposed as a decoder asks.
+
+    drafter = Drafter.load(DIR)            # a bundle `specdraft export` wrote; memory-mapped
+    session = drafter.start(prompt_ids)    # list[int]
+    draft = session.propose()              # list[int], at most drafter.draft_len tokens, [] if none
+    session.extend(token_ids)              # the tokens the model produced
+    drafts = session.propose_many(k)       # the k best distinct drafts, best first
+    session.close()
+
+At each call the session proposes what the warehouse's candidates stage and the seed policy pick
+would at the same position (--preset seed): the same four sources with the same keys, scores and
+tie-breaks (sql/drafters/*.sql, drafters/backoff_walk.py, drafters/autocomplete.py,
+policy/evaluate.py), computed for one position from incremental state:
+
+- the prefix hashes of the tokens so far (keys.py), so any context's key is O(1);
+- for the prefix copy, per copy length, a dict from a context's key to the latest position
+  with draft_len known tokens after it, updated as each token arrives (a long prompt's part is
+  frozen in sorted arrays at start instead);
+- the current line for prompt autocomplete, decoded from the tokens since the last propose as
+  one chunk, as the seed's TextCursor decodes between the positions it visits;
+- the last backoff walk: if the tokens since then are the start of its draft, the new walk is
+  the rest of it (each step depends only on the tokens before it), plus the steps it lacks.
+
+extend() costs O(new tokens): each token adds one prefix hash and one key per copy length.
+A Drafter is immutable and shared; a session belongs to one request and is used by one thread at
+a time, so sessions run in parallel threads without locks.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+
+from specdraft.drafters import families
+from specdraft.drafters.autocomplete import PromptAutocomplete
+from specdraft.drafters.backoff_walk import backoff_score
+from specdraft.errors import SpecdraftError
+from specdraft.live import keys
+from specdraft.live.bundle import MANIFEST, Bundle, read_bundle
+from specdraft.live.tables import ContextTable
+from specdraft.policy.evaluate import NEAR_TIE
+
+B, M = keys.B, keys.M
+COPY, PROMPT, BACKOFF, NGRAM = (families.ORDER[name] for name in families.SEED)
+# Above this many (position, copy length) pairs a prompt's copy index is frozen in sorted arrays
+# instead of dicts (a 1M-token prompt would otherwise need 11M dict entries).
+DICT_LIMIT = 1 << 20
+
+
+class Drafter:
+    """A recorded run's drafter (see the module docstring)."""
+
+    def __init__(self, bundle: Bundle, tokenizer) -> None:
+        self.bundle = bundle
+        self.tokenizer = tokenizer
+        cfg = bundle.config
+        self.config = cfg
+        self.policy = bundle.policy
+        self.draft_len = cfg.draft_len
+        self.vocab_size = int(bundle.manifest["tokenizer"]["vocab_size"])
+        self.run_id = bundle.manifest["run_id"]
+        # (ctx_len, B^ctx_len mod M), longest first: the order the sources try them in
+        self.copy_lengths = [(n, keys.power(n)) for n in sorted(cfg.copy_context_lengths, reverse=True)]
+        self.ngram_lengths = [(n, keys.power(n)) for n in sorted(cfg.context_lengths, reverse=True)]
+        self.backoff_lengths = [(n, keys.power(n)) for n in sorted(cfg.effective_backoff_lengths, reverse=True)]
+        self.backoff_width = max((n for n, _ in self.backoff_lengths), default=0)
+        self.ngram_plan = bundle.ngram.plan(self.ngram_lengths)
+        self.backoff_plan = bundle.backoff.plan(self.backoff_lengths)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Drafter:
+        """Open a bundle: checks its format version, checksums and tokenizer (loaded offline by the
+        name it records, its fingerprint compared); one line naming the file if anything is off."""
+        from specdraft.sources.tokenizer import load_tokenizer
+
+        bundle = read_bundle(Path(path))
+        recorded = bundle.manifest["tokenizer"]
+        tokenizer = load_tokenizer(recorded["name"])
+        if tokenizer.fingerprint != recorded["fingerprint"] or tokenizer.vocab_size != recorded["vocab_size"]:
+            raise SpecdraftError(
+                f"{Path(path) / MANIFEST}: made with tokenizer {recorded['name']} (fingerprint "
+                f"{recorded['fingerprint']}, {recorded['vocab_size']} ids); {recorded['name']} loads here as "
+                f"fingerprint {tokenizer.fingerprint} with {tokenizer.vocab_size} ids"
+            )
+        return cls(bundle, tokenizer)
+
+    def start(self, prompt_ids: list[int]) -> Session:
+        """A session for one request whose prompt is `prompt_ids` (may be empty)."""
+        return Session(self, self.checked(prompt_ids, "prompt_ids"))
+
+    def checked(self, ids, what: str) -> list[int]:
+        """`ids` if it is a list of ints in the vocabulary, else a ValueError saying which."""
+        if type(ids) is not list:
+            raise ValueError(f"{what} must be a list of token ids (ints), not {type(ids).__name__}")
+        vocab = self.vocab_size
+        for i, token in enumerate(ids):
+            if type(token) is not int or not 0 <= token < vocab:
+                shown = f"{type(token).__name__} {token!r}" if type(token) is not int else f"{token}"
+                raise ValueError(f"{what}[{i}] is {shown}: token ids are ints from 0 to {vocab - 1} "
+                                 f"(the {self.tokenizer.name} vocabulary)")
+        return ids
+
+
+class Session:
+    """One request's drafting state (see the module docstring). Not for two threads at once."""
+
+    def __init__(self, drafter: Drafter, prompt_ids: list[int]) -> None:
+        self.drafter = drafter
+        self.tokens = list(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        self._prefix = keys.prefix_hashes(self.tokens)
+        self._copy, self._frozen, self._frozen_pos = self._copy_index()
+        tokenizer = drafter.tokenizer
+        self._autocomplete = PromptAutocomplete(tokenizer, tokenizer.decode(self.tokens), self.tokens,
+                                                self.prompt_len, drafter.draft_len)
+        self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
+        self._closed = False
+
+    # -- the calls ------------------------------------------------------------------------------
+    def extend(self, token_ids: list[int]) -> None:
+        """Add the tokens the model produced. O(len(token_ids))."""
+        self._check_open()
+        ids = self.drafter.checked(token_ids, "token_ids")
+        tokens, prefix, copy = self.tokens, self._prefix, self._copy
+        draft_len = self.drafter.draft_len
+        for token in ids:
+            tokens.append(token)
+            prefix.append((prefix[-1] * B + token + 1) % M)
+            # the position that now has draft_len known tokens after it joins the copy index
+            at = len(tokens) - draft_len
+            if at > 0:
+                end = prefix[at]
+                for ctx_len, power, latest in copy:
+                    if ctx_len <= at:
+                        latest[(end - prefix[at - ctx_len] * power) % M] = at
+
+    def propose(self) -> list[int]:
+        """The policy's draft at the current position: at most draft_len tokens, [] if none."""
+        self._check_open()
+        candidates = self._candidates()
+        if not candidates:
+            return []
+        return list(candidates[first_best(policy_scores(candidates, self.drafter.policy))][3])
+
+    def propose_many(self, k: int) -> list[list[int]]:
+        """The k best distinct drafts at the current position, best first (ties in family order)."""
+        self._check_open()
+        if type(k) is not int or k < 1:
+            raise ValueError(f"k must be a positive int, not {k!r}")
+        candidates = self._candidates()
+        if not candidates:
+            return []
+        scores = policy_scores(candidates, self.drafter.policy)
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        drafts: list[list[int]] = []
+        for i in order:
+            draft = list(candidates[i][3])
+            if draft not in drafts:
+                drafts.append(draft)
+        return drafts[:k]
+
+    def close(self) -> None:
+        """End the request; the session's state is released."""
+        self._closed = True
+        self._copy, self._frozen, self._walk = [], None, None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the session is closed")
+
+    # -- the sources ----------------------------------------------------------------------------
+    def _candidates(self) -> list[tuple]:
+        """(family order, source, raw score, draft, backoff steps) of each source that proposes,
+        in the seed's family order."""
+        out = []
+        for candidate in (self._copy_candidate(), self._prompt_candidate(), self._backoff_candidate(),
+                          self._ngram_candidate()):
+            if candidate is not None:
+                out.append(candidate)
+        return out
+
+    def _copy_candidate(self):
+        """sql/drafters/copy_candidates.sql: the longest copy length whose last tokens occurred
+        earlier with draft_len known tokens after; its latest such place."""
+        tokens, prefix = self.tokens, self._prefix
+        n = len(tokens)
+        end = prefix[n]
+        frozen = self._frozen
+        for ctx_len, power, latest in self._copy:
+            if ctx_len > n:
+                continue
+            key = (end - prefix[n - ctx_len] * power) % M
+            at = latest.get(key)
+            if at is None and frozen is not None:
+                row = frozen.find(ctx_len, key)
+                at = self._frozen_pos[row] if row >= 0 else None
+            if at is not None:
+                return (COPY, f"copy:{ctx_len}", ctx_len * 9.0 + 0.5,
+                        tokens[at : at + self.drafter.draft_len], None)
+        return None
+
+    def _prompt_candidate(self):
+        """drafters/autocomplete.py, the line decoded from the tokens since the last propose."""
+        autocomplete = self._autocomplete
+        proposal = autocomplete.propose(autocomplete.line_at(len(self.tokens) - self.prompt_len))
+        if proposal is None:
+            return None
+        draft, score = proposal
+        return (PROMPT, "prompt-autocomplete", score, draft, None)
+
+    def _ngram_candidate(self):
+        """sql/drafters/ngram_candidates.sql: the longest context length seen in train, its
+        rank-1 continuation; the raw score adds log1p(count) (policy/evaluate.py)."""
+        drafter = self.drafter
+        bundle = drafter.bundle
+        table = bundle.ngram
+        prefix = self._prefix
+        n = len(self.tokens)
+        end = prefix[n]
+        for ctx_len, power, offset, shift in drafter.ngram_plan:
+            if ctx_len > n:
+                continue
+            row = table.row(offset, shift, (end - prefix[n - ctx_len] * power) % M)
+            if row >= 0:
+                count = bundle.ngram_count[row]
+                at = bundle.ngram_store_pos[row]
+                draft = bundle.store[at : at + drafter.draft_len].tolist()
+                return (NGRAM, f"ngram:{ctx_len}", ctx_len * 8.0 + math.log1p(count), draft, None)
+        return None
+
+    def _backoff_candidate(self):
+        """drafters/backoff_walk.py: draft_len greedy steps, each the pick of the longest backoff
+        context of (known tokens + draft so far) in the table, stopping at the first miss."""
+        draft, steps = self._backoff_walk()
+        if not steps:
+            return None
+        return (BACKOFF, f"backoff:{steps[0][0]}", backoff_raw(steps), draft, steps)
+
+    def _backoff_walk(self) -> tuple[list[int], list[tuple[int, int, int]]]:
+        drafter = self.drafter
+        tokens = self.tokens
+        n = len(tokens)
+        draft_len = drafter.draft_len
+        draft: list[int] = []
+        steps: list[tuple[int, int, int]] = []
+        stopped = False
+        if self._walk is not None:
+            at, last_draft, last_steps, last_stopped = self._walk
+            ahead = n - at
+            if 0 <= ahead <= len(last_draft) and tokens[at:n] == last_draft[:ahead]:
+                draft, steps, stopped = last_draft[ahead:], last_steps[ahead:], last_stopped
+        if not stopped and len(draft) < draft_len and drafter.backoff_plan:
+            bundle = drafter.bundle
+            table, picks, counts, totals = bundle.backoff, bundle.backoff_token, bundle.backoff_count, bundle.backoff_total
+            # prefix hashes of the last backoff_width known tokens, then of the draft so far
+            hashes = self._prefix[max(0, n - drafter.backoff_width) :]
+            for token in draft:
+                hashes.append((hashes[-1] * B + token + 1) % M)
+            draft, steps = list(draft), list(steps)
+            while len(draft) < draft_len:
+                known = n + len(draft)
+                end = len(hashes) - 1
+                last = hashes[end]
+                for ctx_len, power, offset, shift in drafter.backoff_plan:
+                    if ctx_len <= known:
+                        row = table.row(offset, shift, (last - hashes[end - ctx_len] * power) % M)
+                        if row >= 0:
+                            break
+                else:
+                    stopped = True
+                    break
+                token = picks[row]
+                draft.append(token)
+                steps.append((ctx_len, counts[row], totals[row]))
+                hashes.append((last * B + token + 1) % M)
+        self._walk = (n, draft, steps, stopped)
+        return draft, steps
+
+    # -- the copy index of the prompt -----------------------------------------------------------
+    def _copy_index(self):
+        """Per copy length (longest first): (ctx_len, B^ctx_len, {key: latest position}) holding
+        the prompt's positions with draft_len tokens after them, or, for a long prompt, empty dicts
+        and the prompt's part frozen in a ContextTable (keys -> latest position)."""
+        drafter = self.drafter
+        copy = [(ctx_len, power, {}) for ctx_len, power in drafter.copy_lengths]
+        last = self.prompt_len - drafter.draft_len  # the last position with draft_len tokens after
+        pairs = sum(max(0, last - ctx_len + 1) for ctx_len, _, _ in copy)
+        if pairs == 0:
+            return copy, None, None
+        prefix = np.array(self._prefix, dtype=np.int64)
+        if pairs <= DICT_LIMIT:
+            for ctx_len, _, latest in copy:
+                if ctx_len <= last:
+                    ends = np.arange(ctx_len, last + 1)
+                    # in position order, so each key keeps its latest position
+                    latest.update(zip(keys.window_keys(prefix, ends, ctx_len).tolist(), ends.tolist()))
+            return copy, None, None
+        frozen_keys, frozen_pos, segments = [], [], []
+        start = 0
+        for ctx_len, _, _ in copy:
+            if ctx_len <= last:
+                ends = np.arange(ctx_len, last + 1)
+                found = keys.window_keys(prefix, ends, ctx_len)
+                order = np.lexsort((ends, found))
+                found, ends = found[order], ends[order]
+                is_latest = np.append(found[1:] != found[:-1], True)  # each key's latest position
+                frozen_keys.append(found[is_latest])
+                frozen_pos.append(ends[is_latest])
+                segments.append((ctx_len, start, start + len(frozen_keys[-1])))
+                start = segments[-1][2]
+        table = ContextTable(np.concatenate(frozen_keys), segments)
+        return copy, table, memoryview(np.concatenate(frozen_pos))
+
+
+# -- the policy ---------------------------------------------------------------------------------
+
+def policy_scores(candidates: list[tuple], policy) -> list[float]:
+    """SourceAveragePolicy's score of each candidate (family order, source, raw score, draft,
+    backoff steps), with policy/evaluate.py's float operations; where scores are within rounding
+    of a tie, the backoff candidate's exact score (evaluate._resolve_near_ties)."""
+    scores = [policy.score_one(source, raw) for _, source, raw, _, _ in candidates]
+    best = max(scores)
+    tolerance = NEAR_TIE * max(abs(best), 1.0)
+    close = [abs(score - best) <= tolerance for score in scores]
+    if sum(close) > 1:
+        for i, (order, source, _, _, steps) in enumerate(candidates):
+            if order == BACKOFF and close[i]:
+                scores[i] = policy.score_one(source, backoff_score(*map(list, zip(*steps))))
+    return scores
+
+
+def backoff_raw(steps: list[tuple[int, int, int]]) -> float:
+    """The backoff walk's float score, mean(lengths) * 5.5 + mean(count / total) * 8.0, as the
+    batch walk computes it (backoff_walk._as_table) but for the last bit (numpy sums in another
+    order): a pick it could change is a near tie, and there both sides use the exact score.
+
+    >>> backoff_raw([(8, 1, 2), (4, 3, 4)])
+    38.0
+    """
+    mean_len = sum(step[0] for step in steps) / len(steps)
+    confidence = 0.0
+    for _, count, total in steps:
+        confidence += count / total
+    return mean_len * 5.5 + confidence / len(steps) * 8.0
+
+
+def first_best(scores: list[float]) -> int:
+    """The index of the first highest score (evaluate._pick: Python's max keeps the first).
+
+    >>> first_best([1.0, 3.0, 3.0, 2.0])
+    1
+    """
+    best = 0
+    for i in range(1, len(scores)):
+        if scores[i] > scores[best]:
+            best = i
+    return best

@@ -1,0 +1,174 @@
+"""`specdraft replay`: a run's eval traces through the live drafter, as a decoder would call it.
+
+Two walks over every eval trace, each session started with the trace's prompt:
+
+- every position: propose, then extend by the true next token, at each response position; the
+  live draft is compared with the run's chosen draft there (eval_positions and candidates), and
+  propose and extend are timed;
+- decode step: propose, accept the draft's matching prefix, extend by it and the next true token
+  (by draft_len tokens after a full draft), as the run's decode-step metric walks.
+
+Both give accepted tokens per position, set beside the run's results; the bundle's size on disk,
+its load time and the process's resident memory once it is loaded are measured too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specdraft.errors import SpecdraftError
+from specdraft.live.drafter import Drafter
+from specdraft.measure.timer import current_rss_bytes
+from specdraft.policy.evaluate import accepted_prefix
+from specdraft.report.results import summarize
+
+SHOWN_MISMATCHES = 5
+
+
+def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
+    """Replay a recorded run (default: the latest) through the bundle; the figures as a dict."""
+    from specdraft.live.bundle import check_tables_are_the_runs
+    from specdraft.report.results import load_run
+    from specdraft.warehouse.connection import Warehouse
+
+    rss_before = current_rss_bytes()
+    started = time.perf_counter()
+    drafter = Drafter.load(bundle)
+    load_s = time.perf_counter() - started
+    rss_loaded = current_rss_bytes()
+
+    results = load_run(Path(warehouse), run_id)
+    if drafter.run_id != results["run_id"]:
+        raise SpecdraftError(f"{bundle}: exported from run {drafter.run_id}, not run {results['run_id']}; "
+                             "name the bundle's run or export this one")
+    with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
+        check_tables_are_the_runs(wh, drafter.config, results)
+        traces = wh.query("live/replay_traces").to_arrow_table()
+        chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
+    prompts = traces.column("prompt_len").to_pylist()
+    tokens = traces.column("tokens").to_pylist()
+    walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen)
+    decode = decode_step(drafter, prompts, tokens)
+    draft_len = drafter.draft_len
+    live_every, live_decode = summarize(walk["accepted"], draft_len), summarize(decode, draft_len)
+    return {
+        "run_id": results["run_id"],
+        "bundle": str(bundle),
+        "bundle_bytes": drafter.bundle.size_bytes,
+        "load_s": load_s,
+        "rss_bytes": rss_loaded,
+        "rss_load_bytes": rss_loaded - rss_before,
+        "traces": traces.num_rows,
+        "positions": len(walk["accepted"]),
+        "exact_positions": walk["exact"],
+        "exact_share": walk["exact"] / len(walk["accepted"]) if len(walk["accepted"]) else 1.0,
+        "mismatches": walk["mismatches"],
+        "every_position": _beside(live_every, results["selected"]),
+        "decode_step": _beside(live_decode, results["decode_step"]),
+        "latency_us": {name: _percentiles(walk[name]) for name in ("start", "propose", "extend")},
+    }
+
+
+def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], tokens: list[list[int]],
+                   chosen) -> dict:
+    """Propose and extend by one token at every response position; the live drafts against the
+    run's (chosen: replay_drafts rows in trace and position order) and the calls' nanoseconds."""
+    chosen_trace = chosen.column("trace_id").to_pylist()
+    chosen_pos = chosen.column("pos").to_pylist()
+    chosen_draft = chosen.column("draft").to_pylist()
+    draft_len = drafter.draft_len
+    clock = time.perf_counter_ns
+    start_ns, propose_ns, extend_ns, accepted = [], [], [], []
+    exact, mismatches, row = 0, [], 0
+    for trace_id, prompt_len, trace in zip(trace_ids, prompts, tokens):
+        t0 = clock()
+        session = drafter.start(trace[:prompt_len])
+        start_ns.append(clock() - t0)
+        for pos in range(prompt_len, len(trace)):
+            t0 = clock()
+            draft = session.propose()
+            t1 = clock()
+            propose_ns.append(t1 - t0)
+            if row >= len(chosen_trace) or (chosen_trace[row], chosen_pos[row]) != (trace_id, pos):
+                raise SpecdraftError(f"live/replay_drafts.sql: no row for trace {trace_id} position {pos} "
+                                     "(the run's eval positions and the eval traces differ)")
+            expected = chosen_draft[row] or []
+            if draft == expected:
+                exact += 1
+            elif len(mismatches) < SHOWN_MISMATCHES:
+                mismatches.append({"trace_id": trace_id, "pos": pos, "live": draft, "run": expected})
+            row += 1
+            accepted.append(accepted_prefix(draft, trace[pos : pos + draft_len], draft_len))
+            next_token = [trace[pos]]
+            t0 = clock()
+            session.extend(next_token)
+            extend_ns.append(clock() - t0)
+        session.close()
+    if row != len(chosen_trace):
+        raise SpecdraftError("live/replay_drafts.sql: more eval positions than the eval traces have")
+    return {"accepted": np.array(accepted, dtype=np.int64), "exact": exact, "mismatches": mismatches,
+            "start": start_ns, "propose": propose_ns, "extend": extend_ns}
+
+
+def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]]) -> np.ndarray:
+    """The decode-step walk through the live API: propose, then extend by the accepted tokens and
+    the next one (draft_len after a full draft)."""
+    draft_len = drafter.draft_len
+    values = []
+    for prompt_len, trace in zip(prompts, tokens):
+        session = drafter.start(trace[:prompt_len])
+        pos = prompt_len
+        while pos < len(trace):
+            accepted = accepted_prefix(session.propose(), trace[pos : pos + draft_len], draft_len)
+            values.append(accepted)
+            step = accepted if accepted == draft_len else accepted + 1
+            session.extend(trace[pos : pos + step])
+            pos += step
+        session.close()
+    return np.array(values, dtype=np.int64)
+
+
+def _beside(live: dict, run: dict) -> dict:
+    return {
+        "positions": live["positions"],
+        "live": live["avg_accepted"],
+        "run": run["avg_accepted"],
+        "equal": live["histogram"] == run["histogram"] and live["positions"] == run["positions"],
+    }
+
+
+def _percentiles(nanoseconds: list[int]) -> dict:
+    if not nanoseconds:
+        return {"calls": 0}
+    us = np.asarray(nanoseconds, dtype=np.float64) / 1000.0
+    p50, p90, p99 = np.percentile(us, [50, 90, 99])
+    return {"calls": len(us), "p50": p50, "p90": p90, "p99": p99, "max": float(us.max())}
+
+
+def format_replay(result: dict) -> str:
+    """The replay's figures as a table for stdout."""
+    lines = [
+        f"run {result['run_id']}, bundle {result['bundle']}: {result['traces']} eval traces",
+        (f"live draft = run's chosen draft   {result['exact_positions']:,} of {result['positions']:,} "
+         f"positions ({result['exact_share']:.4%})"),
+        "",
+        f"{'accepted per position':<24}{'positions':>10}{'live':>12}{'run':>12}  equal",
+    ]
+    for name in ("every_position", "decode_step"):
+        row = result[name]
+        lines.append(f"{name.replace('_', ' '):<24}{row['positions']:>10,}{row['live']:>12.6f}{row['run']:>12.6f}  "
+                     f"{'yes' if row['equal'] else 'NO'}")
+    lines += ["", f"{'latency (us)':<24}{'calls':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
+    for name, row in result["latency_us"].items():
+        if row["calls"]:
+            lines.append(f"{name:<24}{row['calls']:>10,}" + "".join(f"{row[k]:>10.1f}" for k in ("p50", "p90", "p99", "max")))
+    lines += [
+        "",
+        f"bundle size      {result['bundle_bytes'] / 1e6:.1f} MB",
+        f"load time        {result['load_s']:.2f} s",
+        f"RSS once loaded  {result['rss_bytes'] / 1e6:.0f} MB (the load added {result['rss_load_bytes'] / 1e6:.0f} MB)",
+    ]
+    return "\n".join(lines)

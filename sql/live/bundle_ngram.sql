@@ -1,0 +1,24 @@
+-- out: bundle_ngram
+-- grain: ctx_len, ctx_hash
+-- reads: exact_continuations, selected_traces
+-- params: (none)
+-- The global n-gram as the seed's source reads it: per context, its most frequent continuation
+-- (rank 1) with its count, and where its tokens start in the bundle's token store (the same
+-- train-order offsets as bundle_store.sql).
+with store as (
+    select
+        trace_id,
+        coalesce(sum(n_tokens) over (order by trace_id rows between unbounded preceding and 1 preceding), 0)::bigint
+            as store_start
+    from selected_traces
+    where split = 'train'
+)
+select
+    e.ctx_len,
+    e.ctx_hash,
+    e.count,
+    s.store_start + e.src_pos as store_pos
+from exact_continuations as e
+join store as s on s.trace_id = e.src_trace_id
+where e.rank = 1
+order by e.ctx_len, e.ctx_hash

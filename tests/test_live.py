@@ -1,0 +1,473 @@
+"""The drafter, live: a bundle exported from a real warehouse (the parity fixture, --preset seed,
+the real tokenizer), loaded and called as a decoder would; its drafts are the warehouse's."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft import Drafter
+from specdraft.cli import main
+from specdraft.errors import SpecdraftError
+from specdraft.live import drafter as live_drafter
+from specdraft.live.bundle import export_bundle
+from specdraft.live.replay import every_position, replay
+from specdraft.pipeline import run_all
+from specdraft.warehouse.connection import Warehouse
+
+from .test_parity import FIXTURE, SEED
+
+DATASET = "parity_traces"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A --preset seed run of the parity fixture, and its bundle."""
+    root = tmp_path_factory.mktemp("live")
+    results = run_all(SEED, root / "warehouse", str(FIXTURE), "unused")
+    export_bundle(root / "warehouse", None, root / "bundle")
+    return root, results
+
+
+@pytest.fixture(scope="module")
+def drafter(built):
+    return Drafter.load(built[0] / "bundle")
+
+
+@pytest.fixture(scope="module")
+def eval_traces(built):
+    """(trace_id, prompt_len, tokens) of each eval trace."""
+    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        table = wh.query("live/replay_traces").to_arrow_table()
+    return list(zip(*(table.column(c).to_pylist() for c in ("trace_id", "prompt_len", "tokens"))))
+
+
+@pytest.fixture(scope="module")
+def candidate_drafts(built):
+    """(trace_id, pos) -> every distinct draft the warehouse's sources made at an eval position."""
+    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        rows = wh.run_text("select trace_id, pos, draft from candidates where split = 'eval'").fetchall()
+    out: dict[tuple[int, int], set[tuple[int, ...]]] = {}
+    for trace_id, pos, draft in rows:
+        out.setdefault((trace_id, pos), set()).add(tuple(draft))
+    return out
+
+
+def walk(drafter, prompt_len, tokens, upto=None):
+    """The draft at every response position (up to `upto`), extending one true token at a time."""
+    session = drafter.start(tokens[:prompt_len])
+    drafts = []
+    for pos in range(prompt_len, len(tokens) if upto is None else upto + 1):
+        drafts.append(session.propose())
+        if pos < len(tokens):
+            session.extend([tokens[pos]])
+    session.close()
+    return drafts
+
+
+# -- the warehouse's drafts -----------------------------------------------------------------------
+
+def test_live_drafts_are_the_runs_chosen_drafts(built):
+    root, results = built
+    result = replay(root / "warehouse", None, root / "bundle")
+    assert result["positions"] == results["selected"]["positions"] > 1000
+    assert result["exact_positions"] == result["positions"], result["mismatches"]
+    assert result["every_position"]["equal"] and result["every_position"]["live"] == results["selected"]["avg_accepted"]
+    assert result["decode_step"]["equal"] and result["decode_step"]["live"] == results["decode_step"]["avg_accepted"]
+
+
+def test_propose_many_gives_every_sources_draft(drafter, eval_traces, candidate_drafts):
+    """All four sources at once: at each eval position, the distinct drafts of propose_many(4) are
+    those of the warehouse's candidates there, the first is propose()'s."""
+    checked = 0
+    for trace_id, prompt_len, tokens in eval_traces:
+        session = drafter.start(tokens[:prompt_len])
+        for pos in range(prompt_len, len(tokens)):
+            many = session.propose_many(4)
+            assert {tuple(d) for d in many} == candidate_drafts.get((trace_id, pos), set()), (trace_id, pos)
+            assert len(many) == len({tuple(d) for d in many})
+            assert session.propose() == (many[0] if many else [])
+            assert session.propose_many(1) == many[:1]
+            checked += len(many)
+            session.extend([tokens[pos]])
+    assert checked > 1000
+
+
+def test_a_long_prompts_frozen_copy_index_drafts_the_same(drafter, eval_traces, monkeypatch):
+    """Past DICT_LIMIT the prompt's copy index is sorted arrays, not dicts: the same drafts."""
+    expected = [walk(drafter, p, t) for _, p, t in eval_traces[:4]]
+    monkeypatch.setattr(live_drafter, "DICT_LIMIT", 0)
+    session = drafter.start(eval_traces[0][2][: eval_traces[0][1]])
+    assert session._frozen is not None
+    assert [walk(drafter, p, t) for _, p, t in eval_traces[:4]] == expected
+
+
+def test_each_source_drafts_and_scores_as_the_warehouse(built, drafter, eval_traces):
+    """Source by source, at every eval position: the same source name, draft and raw score as the
+    candidates table (the n-gram's with log1p(count) added, as policy/evaluate.py adds it), and
+    the same backoff steps, so the same exact backoff score."""
+    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        rows = wh.run_text(
+            "select c.trace_id, c.pos, c.family_order, c.source, c.draft, c.score, c.count, b.step_ctx_lens, "
+            "b.step_counts, b.step_totals from candidates as c left join backoff_candidates as b "
+            "on c.family = 'backoff' and b.trace_id = c.trace_id and b.pos = c.pos "
+            "where c.split = 'eval' order by c.trace_id, c.pos, c.family_order").fetchall()
+    expected: dict[tuple[int, int], list[tuple]] = {}
+    for trace_id, pos, order, source, draft, score, count, lens, counts, totals in rows:
+        raw = score + math.log1p(count) if source.startswith("ngram:") else score
+        steps = list(zip(lens, counts, totals)) if lens is not None else None
+        expected.setdefault((trace_id, pos), []).append((order, source, raw, list(draft), steps))
+    families = set()
+    for trace_id, prompt_len, tokens in eval_traces:
+        session = drafter.start(tokens[:prompt_len])
+        for pos in range(prompt_len, len(tokens)):
+            live = [(o, src, raw, list(d), st) for o, src, raw, d, st in session._candidates()]
+            want = expected.get((trace_id, pos), [])
+            assert [c[:2] + c[3:] for c in live] == [c[:2] + c[3:] for c in want], (trace_id, pos)
+            for (order, _, raw, _, _), (_, _, raw_sql, _, _) in zip(live, want):
+                # backoff: the float score up to summation order (the exact one decides near ties)
+                assert raw == raw_sql if order != live_drafter.BACKOFF else math.isclose(raw, raw_sql, rel_tol=1e-14)
+                families.add(order)
+            session.extend([tokens[pos]])
+    assert families == {0, 1, 2, 3}
+
+
+def brute_force_copy(tokens: list[int], lengths, draft_len: int):
+    """The copy source by its definition: the longest length whose last tokens occur earlier, at the
+    latest place with draft_len known tokens after it."""
+    n = len(tokens)
+    for length in sorted(lengths, reverse=True):
+        if length > n:
+            continue
+        for at in range(n - draft_len, length - 1, -1):
+            if tokens[at - length : at] == tokens[n - length :]:
+                return f"copy:{length}", tokens[at : at + draft_len]
+    return None
+
+
+@pytest.mark.parametrize("dict_limit", [live_drafter.DICT_LIMIT, 0])
+def test_copy_finds_the_latest_longest_match(drafter, eval_traces, monkeypatch, dict_limit):
+    """Prompts that repeat themselves (with changes), so matches of every copy length occur many
+    times in the prompt and in the response: the latest, longest one is drafted, whether the
+    prompt's index is dicts or frozen sorted arrays."""
+    monkeypatch.setattr(live_drafter, "DICT_LIMIT", dict_limit)
+    rng = random.Random(5)
+    lengths = drafter.config.copy_context_lengths
+    for _, prompt_len, tokens in eval_traces[:3]:
+        piece = tokens[:200]
+        text = []
+        for _ in range(4):
+            text += [t if rng.random() > 0.02 else rng.choice(piece) for t in piece]
+        prompt, response = text[:600], text[600:] + tokens[200:260]
+        session = drafter.start(prompt)
+        assert (session._frozen is not None) == (dict_limit == 0)
+        for token in response:
+            found = session._copy_candidate()
+            assert (found and (found[1], found[3])) == (brute_force_copy(session.tokens, lengths, drafter.draft_len)
+                                                        or None)
+            session.extend([token])
+
+
+def _rounded_walks(n: int) -> list[list[tuple[int, int, int]]]:
+    """Backoff steps (ctx_len, count, total) whose float score is not the exact one (1 in 25)."""
+    from specdraft.drafters.backoff_walk import backoff_score
+
+    rng, found = random.Random(3), []
+    while len(found) < n:
+        steps = [(rng.choice([4, 8]), rng.randint(1, t), t) for t in (rng.randint(1, 9) for _ in range(rng.randint(2, 16)))]
+        if live_drafter.backoff_raw(steps) * 0.0001 != backoff_score(*map(list, zip(*steps))) * 0.0001:
+            found.append(steps)
+    return found
+
+
+ROUNDED_WALKS = _rounded_walks(50)
+
+
+# The same examples on every run (derandomize, as in test_properties.py), so CI is not flaky.
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_the_choice_is_the_batch_evaluations(data):
+    """The live policy against policy/evaluate.py's, on candidate sets made to tie: source averages
+    that coincide or are 0 (then raw scores decide, to the last bit), raw scores equal to the
+    backoff's exact score or one float away, the backoff's float score from the batch walk's own
+    code (backoff_walk._as_table)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from specdraft.drafters.backoff_walk import _as_table, backoff_score
+    from specdraft.policy import evaluate
+    from specdraft.policy.seed import SourceAveragePolicy
+
+    averages = st.sampled_from([0.0, 0.0, 1 / 3, 2.25])
+    names = ["copy:4", "prompt-autocomplete", "backoff:4", "backoff:8", "ngram:4"]
+    policy = SourceAveragePolicy(data.draw(averages), {n: data.draw(averages) for n in names if data.draw(st.booleans())}, {})
+    steps = data.draw(st.sampled_from(ROUNDED_WALKS)) if data.draw(st.booleans()) else []
+    for _ in range(0 if steps else data.draw(st.integers(1, 16))):
+        total = data.draw(st.integers(1, 9))
+        steps.append((data.draw(st.sampled_from([4, 8])), data.draw(st.integers(1, total)), total))
+    exact = backoff_score(*map(list, zip(*steps)))
+    near = st.sampled_from([exact, math.nextafter(exact, math.inf), math.nextafter(exact, -math.inf), 36.5, exact + 1e-9])
+    families = [f for f in ("copy", "prompt-autocomplete", "backoff", "ngram") if data.draw(st.booleans())]
+    if not families:
+        return
+    sources = {"copy": "copy:4", "prompt-autocomplete": "prompt-autocomplete", "ngram": "ngram:4",
+               "backoff": f"backoff:{steps[0][0]}"}
+    raws = {family: data.draw(near) for family in families if family != "backoff"}
+    # the batch side: candidates rows as eval_candidates gives them, the backoff row's score made by
+    # the batch walk, its steps where _resolve_near_ties asks for them
+    n, width = len(steps), 16
+    matrix = lambda values: np.array([list(values) + [0] * (width - n)], dtype=np.int64)
+    walk = _as_table(pa.table({"trace_id": [0], "pos": [0]}), matrix([1] * n), matrix(s[0] for s in steps),
+                     matrix(s[1] for s in steps), np.array([[*(s[2] for s in steps)] + [1] * (width - n)]),
+                     np.array([n]))
+    raws["backoff"] = walk.column("score")[0].as_py()
+    cand = pa.table({
+        "trace_id": [0] * len(families), "pos": [0] * len(families), "family": families,
+        "source": [sources[f] for f in families], "score": [raws[f] for f in families],
+        "count": pa.array([0 if f == "ngram" else None for f in families], pa.int64()),
+    })
+
+    class Steps:  # the warehouse side of _resolve_near_ties
+        def register(self, name, table):
+            pass
+
+        def query(self, name):
+            rows = [(0, 0, [s[0] for s in steps], [s[1] for s in steps], [s[2] for s in steps])]
+            return type("Result", (), {"fetchall": lambda self: rows})()
+
+    starts = np.array([0])
+    scores, raw = evaluate.candidate_policy_scores(cand, policy)
+    scores = evaluate._resolve_near_ties(Steps(), cand, scores, raw, starts, policy)
+    batch = families[int(evaluate._pick(scores, starts)[0])]
+    order = {f: i for i, f in enumerate(("copy", "prompt-autocomplete", "backoff", "ngram"))}
+    live = [(order[f], sources[f], live_drafter.backoff_raw(steps) if f == "backoff" else raws[f], [order[f]],
+             steps if f == "backoff" else None) for f in families]
+    assert families[live_drafter.first_best(live_drafter.policy_scores(live, policy))] == batch
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ids", [(1, 2), "12", b"\x01", None, 5, iter([1, 2])])
+def test_a_non_list_is_a_value_error(drafter, ids):
+    with pytest.raises(ValueError, match="must be a list of token ids"):
+        drafter.start(ids)
+    session = drafter.start([1, 2])
+    with pytest.raises(ValueError, match="must be a list of token ids"):
+        session.extend(ids)
+
+
+@pytest.mark.parametrize("bad", [-1, "vocab", 2.0, True, "7", None])
+def test_a_token_outside_the_vocabulary_is_a_value_error(drafter, bad):
+    bad = drafter.vocab_size if bad == "vocab" else bad
+    with pytest.raises(ValueError, match=r"prompt_ids\[1\] is .*token ids are ints from 0 to 151850"):
+        drafter.start([15, bad])
+    session = drafter.start([15])
+    with pytest.raises(ValueError, match=r"token_ids\[0\] is "):
+        session.extend([bad, 16])
+    assert session.tokens == [15]  # nothing of a rejected call was added
+
+
+def test_an_empty_prompt_works(drafter, eval_traces):
+    session = drafter.start([])
+    assert session.propose() == [] and session.propose_many(3) == []
+    _, prompt_len, tokens = eval_traces[0]
+    session.extend(tokens[:prompt_len])
+    assert session.propose() == drafter.start(tokens[:prompt_len]).propose()
+    session.close()
+    with pytest.raises(ValueError, match="closed"):
+        session.propose()
+    with pytest.raises(ValueError, match="positive"):
+        drafter.start([]).propose_many(0)
+
+
+# -- threads and causality ------------------------------------------------------------------------
+
+def test_eight_threads_draft_as_one(drafter, eval_traces):
+    traces = eval_traces[:8]
+    serial = [walk(drafter, p, t) for _, p, t in traces]
+    parallel: list = [None] * len(traces)
+    barrier = threading.Barrier(len(traces))
+
+    def run(i):
+        barrier.wait()
+        parallel[i] = walk(drafter, traces[i][1], traces[i][2])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(traces))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert parallel == serial
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_drafts_at_p_do_not_depend_on_what_follows_or_how_it_arrived(drafter, eval_traces, data):
+    """Two sessions share a trace's first p tokens, then go on differently; one reached p a token
+    at a time, proposing at each, the other in random chunks, proposing now and then. Their drafts
+    at p are the same, and the first's drafts up to p do not change with what it is extended by
+    after p."""
+    _, prompt_len, tokens = data.draw(st.sampled_from(eval_traces))
+    vocabulary = sorted(set(tokens))
+    # the trace with some tokens replaced by others of its own (contexts still repeat and hit)
+    tokens = [data.draw(st.sampled_from(vocabulary)) if data.draw(st.integers(0, 9)) == 0 else t
+              for t in tokens[: prompt_len + 80]]
+    p = data.draw(st.integers(prompt_len, len(tokens)))
+    future = data.draw(st.lists(st.sampled_from(vocabulary), min_size=1, max_size=30))
+    one_by_one = walk(drafter, prompt_len, tokens[:p] + future, upto=p)
+    assert walk(drafter, prompt_len, tokens[:p] + future[::-1], upto=p) == one_by_one
+    session = drafter.start(tokens[:prompt_len])
+    at = prompt_len
+    while at < p:
+        step = data.draw(st.integers(1, max(1, p - at)))
+        session.extend(tokens[at : at + step])
+        at += step
+        if data.draw(st.booleans()):
+            assert session.propose() == one_by_one[at - prompt_len]
+    assert session.propose() == one_by_one[p - prompt_len]
+
+
+# -- the bundle -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def bundle_copy(built, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(built[0] / "bundle", copy)
+    return copy
+
+
+def _one_line_naming(excinfo, path: Path, words: str):
+    """One line: the file's path, then what is wrong with it."""
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(f"{path}: "), message
+    assert re.search(words, message[len(str(path)) + 2 :]), message
+
+
+@pytest.mark.parametrize("name", ["ngram.arrow", "backoff.arrow", "store.arrow", "policy.json", "config.json"])
+def test_a_truncated_file_is_named(bundle_copy, name):
+    path = bundle_copy / name
+    path.write_bytes(path.read_bytes()[:-7])
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, path, "truncated")
+
+
+@pytest.mark.parametrize("name", ["ngram.arrow", "backoff.arrow", "store.arrow", "policy.json"])
+def test_a_corrupted_file_is_named(bundle_copy, name):
+    path = bundle_copy / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, path, "checksum")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.update(format_version=2), "format version 2; this specdraft reads version 1"),
+    (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
+    (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
+    (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
+    (lambda m: m.pop("files"), "incomplete manifest"),
+])
+def test_another_version_or_tokenizer_is_named(bundle_copy, change, match):
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    change(manifest)
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, bundle_copy / "manifest.json", match)
+
+
+def test_a_missing_file_or_manifest_is_named(bundle_copy):
+    (bundle_copy / "store.arrow").unlink()
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, bundle_copy / "store.arrow", "missing")
+    (bundle_copy / "manifest.json").write_text("{not json")
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, bundle_copy / "manifest.json", "unreadable")
+    (bundle_copy / "manifest.json").unlink()
+    with pytest.raises(SpecdraftError, match="not a drafter bundle"):
+        Drafter.load(bundle_copy)
+
+
+def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
+    root, _ = built
+    out = tmp_path / "bundle"
+    first = export_bundle(root / "warehouse", None, out)
+    assert first["files"] == json.loads((root / "bundle" / "manifest.json").read_text())["files"]
+    from specdraft import files
+
+    def fail(point):
+        if point == "write:bundle:before_rename":
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(files, "reach", fail)
+    shutil.rmtree(out)
+    with pytest.raises(RuntimeError):
+        export_bundle(root / "warehouse", None, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(SpecdraftError, match="not a drafter bundle"):
+        export_bundle(root / "warehouse", None, tmp_path / "mine")
+
+
+def test_exporting_a_default_preset_run_fails_in_one_line(built, tmp_path):
+    from specdraft.report.results import record_run
+
+    root, results = built
+    other = tmp_path / "warehouse"
+    shutil.copytree(root / "warehouse", other)
+    with Warehouse(other, dataset=DATASET) as wh:
+        record_run(wh, {**results, "preset": "default"}, run_id="default-run")
+    result = CliRunner().invoke(main, ["export", "default-run", "--warehouse", str(other), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 1
+    assert result.output.strip() == ("specdraft: error: run default-run is a --preset default run: exporting its "
+                                     "drafter (the confidence model) is not supported yet; export a --preset seed run")
+
+
+def test_the_replay_command_prints_its_figures(built):
+    root, _ = built
+    runner = CliRunner()
+    table = runner.invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle")])
+    assert table.exit_code == 0, table.output
+    assert "(100.0000%)" in table.output and table.output.count("  yes") == 2
+    out = runner.invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle"),
+                               "--format", "json"])
+    figures = json.loads(out.output)
+    assert figures["exact_share"] == 1.0 and figures["latency_us"]["propose"]["calls"] == figures["positions"]
+
+
+def test_replay_refuses_another_runs_bundle(built, tmp_path):
+    root, _ = built
+    copy = tmp_path / "bundle"
+    shutil.copytree(root / "bundle", copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["run_id"] = "someone-else"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecdraftError, match="exported from run someone-else"):
+        replay(root / "warehouse", None, copy)
+
+
+def test_every_position_checks_its_rows(drafter, eval_traces, built):
+    """The walk refuses eval positions that do not line up with the traces."""
+    import pyarrow as pa
+
+    trace_id, prompt_len, tokens = eval_traces[0]
+    chosen = pa.table({"trace_id": [trace_id], "pos": [prompt_len + 1], "draft": pa.array([[1]], pa.list_(pa.int32()))})
+    with pytest.raises(SpecdraftError, match="no row for trace"):
+        every_position(drafter, [trace_id], [prompt_len], [tokens], chosen)
