@@ -130,12 +130,14 @@ class SpanIndex:
 
     def __init__(self, prompt: str) -> None:
         self.spans = longest_spans(prompt)
-        sortable = sorted((span.lower(), rank) for rank, span in enumerate(self.spans) if _lowers_in_place(span))
-        self.lowered = [lowered for lowered, _ in sortable]
-        self._first = RangeMin([rank for _, rank in sortable])
+        lowered = [span.lower() for span in self.spans]
+        in_place = [len(low) == len(span) and "\u03a3" not in span for low, span in zip(lowered, self.spans)]
+        ranks = sorted((rank for rank, ok in enumerate(in_place) if ok), key=lowered.__getitem__)
+        self.lowered = [lowered[rank] for rank in ranks]
+        self._first = RangeMin(ranks)
         self.other: dict[str, int] = {}
         for rank, span in enumerate(self.spans):
-            if not _lowers_in_place(span):
+            if not in_place[rank]:  # _lowers_in_place
                 for prefix_len in range(MIN_SEGMENT_CHARS, min(len(span), MAX_SPAN_CHARS)):
                     self.other.setdefault(span[:prefix_len].lower(), rank)
 

@@ -296,25 +296,25 @@ class Session:
         pairs = sum(max(0, last - ctx_len + 1) for ctx_len, _, _ in copy)
         if pairs == 0:
             return copy, None, None
-        prefix = np.array(self._prefix, dtype=np.int64)
+        residues = keys.residues(self._prefix)
         if pairs <= DICT_LIMIT:
             for ctx_len, _, latest in copy:
                 if ctx_len <= last:
                     ends = np.arange(ctx_len, last + 1)
                     # in position order, so each key keeps its latest position
-                    latest.update(zip(keys.window_keys(prefix, ends, ctx_len).tolist(), ends.tolist()))
+                    latest.update(zip(keys.window_keys(residues, ends, ctx_len).tolist(), ends.tolist()))
             return copy, None, None
         frozen_keys, frozen_pos, segments = [], [], []
         start = 0
         for ctx_len, _, _ in copy:
             if ctx_len <= last:
                 ends = np.arange(ctx_len, last + 1)
-                found = keys.window_keys(prefix, ends, ctx_len)
-                order = np.lexsort((ends, found))
+                found = keys.window_keys(residues, ends, ctx_len)
+                order = np.argsort(found)
                 found, ends = found[order], ends[order]
-                is_latest = np.append(found[1:] != found[:-1], True)  # each key's latest position
-                frozen_keys.append(found[is_latest])
-                frozen_pos.append(ends[is_latest])
+                firsts = np.flatnonzero(np.r_[True, found[1:] != found[:-1]])
+                frozen_keys.append(found[firsts])
+                frozen_pos.append(np.maximum.reduceat(ends, firsts))  # each key's latest position
                 segments.append((ctx_len, start, start + len(frozen_keys[-1])))
                 start = segments[-1][2]
         table = ContextTable(np.concatenate(frozen_keys), segments)

@@ -63,10 +63,16 @@ def window(prefix: list[int], end: int, length: int) -> int:
     return (prefix[end] - prefix[end - length] * power(length)) % M
 
 
-def window_keys(prefix: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
-    """window() for many ends at once (numpy, under the two primes, then combined)."""
+def residues(prefix: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The prefix hashes under each prime (int64 arrays), for window_keys."""
     prefix = np.asarray(prefix, dtype=np.int64)
-    h1, h2 = prefix % P1, prefix % P2
+    return prefix % P1, prefix % P2
+
+
+def window_keys(prefix_residues: tuple[np.ndarray, np.ndarray], ends: np.ndarray, length: int) -> np.ndarray:
+    """window() for many ends at once: numpy under the two primes (every product below 2^62), then
+    combined."""
+    h1, h2 = prefix_residues
     w1 = (h1[ends] - h1[ends - length] * pow(B1, length, P1) % P1) % P1
     w2 = (h2[ends] - h2[ends - length] * pow(B2, length, P2) % P2) % P2
     return _combine(w1, w2)
