@@ -440,6 +440,20 @@ def test_exporting_a_default_preset_run_fails_in_one_line(built, tmp_path):
                                      "drafter (the confidence model) is not supported yet; export a --preset seed run")
 
 
+def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
+    """The warehouse keeps one build's tables: a run recorded for other settings (here a run
+    claiming --draft-len 8) no longer has its tables there, and its bundle would be another's."""
+    from specdraft.report.results import record_run
+
+    root, results = built
+    other = tmp_path / "warehouse"
+    shutil.copytree(root / "warehouse", other)
+    with Warehouse(other, dataset=DATASET) as wh:
+        record_run(wh, {**results, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
+    with pytest.raises(SpecdraftError, match="rebuilt since .*ngram_tables, candidates"):
+        export_bundle(other, "older-run", tmp_path / "bundle")
+
+
 def test_the_replay_command_prints_its_figures(built):
     root, _ = built
     runner = CliRunner()

@@ -39,7 +39,7 @@ from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
 from specdraft.live import keys
-from specdraft.live.bundle import MANIFEST, Bundle, read_bundle
+from specdraft.live.bundle import MANIFEST, Bundle, read_bundle, read_manifest
 from specdraft.live.tables import ContextTable
 from specdraft.policy.evaluate import NEAR_TIE
 
@@ -73,15 +73,20 @@ class Drafter:
     @classmethod
     def load(cls, path: str | Path) -> Drafter:
         """Open a bundle: checks its format version, checksums and tokenizer (loaded offline by the
-        name it records, its fingerprint compared); one line naming the file if anything is off."""
-        from specdraft.sources.tokenizer import load_tokenizer
+        name it records, its fingerprint compared); one line naming the file if anything is off.
+        The tokenizer loads in a second thread while the files are checksummed (hashing releases
+        the GIL)."""
+        from concurrent.futures import ThreadPoolExecutor
 
-        bundle = read_bundle(Path(path))
-        recorded = bundle.manifest["tokenizer"]
-        tokenizer = load_tokenizer(recorded["name"])
+        path = Path(path)
+        recorded = read_manifest(path)["tokenizer"]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            loading = pool.submit(_tokenizer, recorded)
+            bundle = read_bundle(path)
+            tokenizer = loading.result()
         if tokenizer.fingerprint != recorded["fingerprint"] or tokenizer.vocab_size != recorded["vocab_size"]:
             raise SpecdraftError(
-                f"{Path(path) / MANIFEST}: made with tokenizer {recorded['name']} (fingerprint "
+                f"{path / MANIFEST}: made with tokenizer {recorded['name']} (fingerprint "
                 f"{recorded['fingerprint']}, {recorded['vocab_size']} ids); {recorded['name']} loads here as "
                 f"fingerprint {tokenizer.fingerprint} with {tokenizer.vocab_size} ids"
             )
@@ -319,6 +324,15 @@ class Session:
                 start = segments[-1][2]
         table = ContextTable(np.concatenate(frozen_keys), segments)
         return copy, table, memoryview(np.concatenate(frozen_pos))
+
+
+def _tokenizer(recorded: dict):
+    """The tokenizer a bundle names, with its fingerprint computed (both are cached per process)."""
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(recorded["name"])
+    _ = tokenizer.fingerprint  # computed here, in the loading thread
+    return tokenizer
 
 
 # -- the policy ---------------------------------------------------------------------------------
