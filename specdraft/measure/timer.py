@@ -52,27 +52,29 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def current_rss_bytes() -> int:
-    """This process's resident memory now (VmRSS on Linux; elsewhere the peak so far)."""
+def _proc_status_bytes(field: str) -> int | None:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in bytes; None where there is no /proc."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return peak_rss_bytes()
+    return None
+
+
+def current_rss_bytes() -> int:
+    """This process's resident memory now (VmRSS on Linux; elsewhere the peak so far)."""
+    resident = _proc_status_bytes("VmRSS")
+    return peak_rss_bytes() if resident is None else resident
 
 
 def peak_rss_bytes() -> int:
     """This process's peak resident memory since the last reset: VmHWM on Linux, else ru_maxrss."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = _proc_status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     try:
         import resource
         import sys

@@ -2,7 +2,7 @@
 the eval split and describes itself. A preset names one; the pipeline, the candidates stage
 and the reports go through this interface only.
 
-    seed     calibrate.SourceAveragePolicy   the seed's source averages, exactly
+    seed     seed.SourceAveragePolicy        the seed's source averages, exactly
     default  confidence.ConfidencePolicy     gradient-boosted trees predicting each draft's accepted length
 """
 

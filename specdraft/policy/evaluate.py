@@ -253,7 +253,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     n_positions = int(offsets[-1])
 
     everything = eval_features(wh)
-    all_predicted = policy.predict(everything)
+    all_predicted = policy.score(everything)
     all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
     all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)

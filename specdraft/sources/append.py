@@ -6,7 +6,8 @@ split (split_row continues its split, trace_ids follow the last one), so every t
 tables were built from keeps its id and train order; the next build updates the tables from the
 appended traces alone (incremental.py). The traces Parquet is rewritten to a temporary file and
 renamed, inside the transaction that records the append in main.dataset_versions: a failure or a
-kill leaves the dataset as it was.
+kill leaves the dataset as it was, or (killed between the rename and the commit) complete, the
+next run recording it in the catalog (warehouse/catalog.catch_up).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
     of each split of dataset `name` (the traces Parquet rewritten atomically, earlier rows as
     stored) and record the append in the catalog. The next build updates the n-gram tables from
     the appended traces alone (incremental.py)."""
-
     from specdraft.sources.ingest import ColumnMap, read_traces
     from specdraft.sources.tokenizer import load_tokenizer
     from specdraft.sources.traces import appended_traces, read_metadata, traces_path
