@@ -164,7 +164,7 @@ def _report(run: RunState) -> dict:
         with run.timer.stage("leave_one_out"):
             results["leave_one_out"] = run.policy.leave_one_out(run.wh, run.cfg, results)
     with run.wh.transaction("record_run"):
-        record_run(run.wh, results, run.run_id, evaluation.positions)
+        record_run(run.wh, results, run.run_id, evaluation.positions, run.policy.model_table())
     return results
 
 

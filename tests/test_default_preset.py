@@ -68,7 +68,7 @@ def _selected_without(warehouse, family: str | None) -> float:
                                    "where split = 'eval'").fetchall()[0][0]
     best: dict[tuple[int, int], tuple[float, int]] = {}
     rows = zip(drafts.column("trace_id").to_pylist(), drafts.column("pos").to_pylist(),
-               drafts.column("family").to_pylist(), policy.predict(drafts).tolist(),
+               drafts.column("family").to_pylist(), policy.score(drafts).tolist(),
                drafts.column("accepted").to_pylist())
     for trace_id, pos, draft_family, predicted, accepted in rows:
         if draft_family in SELECTABLE and ((trace_id, pos) not in best or predicted > best[trace_id, pos][0]):

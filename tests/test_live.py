@@ -1,8 +1,10 @@
-"""The drafter, live: a bundle exported from a real warehouse (the parity fixture, --preset seed,
-the real tokenizer), loaded and called as a decoder would; its drafts are the warehouse's."""
+"""The drafter, live: bundles exported from real warehouses (the parity fixture, --preset seed and
+--preset default, the real tokenizer), loaded and called as a decoder would; their drafts are the
+warehouse's. Tests taking `built` or `drafter` run for both presets."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -21,6 +23,7 @@ from specdraft.cli import main
 from specdraft.errors import SpecdraftError
 from specdraft.live import drafter as live_drafter
 from specdraft.live.bundle import export_bundle
+from specdraft.live.confidence import Candidate
 from specdraft.live.replay import every_position, replay
 from specdraft.pipeline import run_all
 from specdraft.warehouse.connection import Warehouse
@@ -30,13 +33,30 @@ from .test_parity import FIXTURE, SEED
 DATASET = "parity_traces"
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A --preset seed run of the parity fixture, and its bundle."""
-    root = tmp_path_factory.mktemp("live")
-    results = run_all(SEED, root / "warehouse", str(FIXTURE), "unused")
+DEFAULT = dataclasses.replace(SEED, preset="default")
+
+
+def _built(tmp_path_factory, cfg):
+    """A run of the parity fixture, and its bundle."""
+    root = tmp_path_factory.mktemp(f"live-{cfg.preset}")
+    results = run_all(cfg, root / "warehouse", str(FIXTURE), "unused")
     export_bundle(root / "warehouse", None, root / "bundle")
     return root, results
+
+
+@pytest.fixture(scope="module")
+def seed_built(tmp_path_factory):
+    return _built(tmp_path_factory, SEED)
+
+
+@pytest.fixture(scope="module")
+def default_built(tmp_path_factory):
+    return _built(tmp_path_factory, DEFAULT)
+
+
+@pytest.fixture(scope="module", params=["seed", "default"])
+def built(request):
+    return request.getfixturevalue(f"{request.param}_built")
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +65,36 @@ def drafter(built):
 
 
 @pytest.fixture(scope="module")
-def eval_traces(built):
+def seed_drafter(seed_built):
+    return Drafter.load(seed_built[0] / "bundle")
+
+
+@pytest.fixture(scope="module")
+def default_drafter(default_built):
+    return Drafter.load(default_built[0] / "bundle")
+
+
+def _eval_traces(root):
     """(trace_id, prompt_len, tokens) of each eval trace."""
-    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+    with Warehouse(root / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
         table = wh.query("live/replay_traces").to_arrow_table()
     return list(zip(*(table.column(c).to_pylist() for c in ("trace_id", "prompt_len", "tokens"))))
 
 
 @pytest.fixture(scope="module")
-def candidate_drafts(built):
+def eval_traces(built):
+    return _eval_traces(built[0])
+
+
+@pytest.fixture(scope="module")
+def seed_eval_traces(seed_built):
+    return _eval_traces(seed_built[0])
+
+
+@pytest.fixture(scope="module")
+def candidate_drafts(seed_built):
     """(trace_id, pos) -> every distinct draft the warehouse's sources made at an eval position."""
-    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+    with Warehouse(seed_built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
         rows = wh.run_text("select trace_id, pos, draft from candidates where split = 'eval'").fetchall()
     out: dict[tuple[int, int], set[tuple[int, ...]]] = {}
     for trace_id, pos, draft in rows:
@@ -86,11 +125,12 @@ def test_live_drafts_are_the_runs_chosen_drafts(built):
     assert result["decode_step"]["equal"] and result["decode_step"]["live"] == results["decode_step"]["avg_accepted"]
 
 
-def test_propose_many_gives_every_sources_draft(drafter, eval_traces, candidate_drafts):
+def test_propose_many_gives_every_sources_draft(seed_drafter, seed_eval_traces, candidate_drafts):
     """All four sources at once: at each eval position, the distinct drafts of propose_many(4) are
     those of the warehouse's candidates there, the first is propose()'s."""
+    drafter = seed_drafter
     checked = 0
-    for trace_id, prompt_len, tokens in eval_traces:
+    for trace_id, prompt_len, tokens in seed_eval_traces:
         session = drafter.start(tokens[:prompt_len])
         for pos in range(prompt_len, len(tokens)):
             many = session.propose_many(4)
@@ -109,14 +149,17 @@ def test_a_long_prompts_frozen_copy_index_drafts_the_same(drafter, eval_traces, 
     monkeypatch.setattr(live_drafter, "DICT_LIMIT", 0)
     session = drafter.start(eval_traces[0][2][: eval_traces[0][1]])
     assert session._frozen is not None
+    assert (session._recent is None) == (drafter.choices is None)
+    assert session._recent is None or session._recent.frozen is not None
     assert [walk(drafter, p, t) for _, p, t in eval_traces[:4]] == expected
 
 
-def test_each_source_drafts_and_scores_as_the_warehouse(built, drafter, eval_traces):
+def test_each_source_drafts_and_scores_as_the_warehouse(seed_built, seed_drafter, seed_eval_traces):
     """Source by source, at every eval position: the same source name, draft and raw score as the
     candidates table (the n-gram's with log1p(count) added, as policy/evaluate.py adds it), and
     the same backoff steps, so the same exact backoff score."""
-    with Warehouse(built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+    drafter, eval_traces = seed_drafter, seed_eval_traces
+    with Warehouse(seed_built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
         rows = wh.run_text(
             "select c.trace_id, c.pos, c.family_order, c.source, c.draft, c.score, c.count, b.step_ctx_lens, "
             "b.step_counts, b.step_totals from candidates as c left join backoff_candidates as b "
@@ -131,7 +174,7 @@ def test_each_source_drafts_and_scores_as_the_warehouse(built, drafter, eval_tra
     for trace_id, prompt_len, tokens in eval_traces:
         session = drafter.start(tokens[:prompt_len])
         for pos in range(prompt_len, len(tokens)):
-            live = [(o, src, raw, list(d), st) for o, src, raw, d, st in session._candidates()]
+            live = [(c.order, c.source, c.raw, list(c.draft), c.steps) for c in session._candidates()]
             want = expected.get((trace_id, pos), [])
             assert [c[:2] + c[3:] for c in live] == [c[:2] + c[3:] for c in want], (trace_id, pos)
             for (order, _, raw, _, _), (_, _, raw_sql, _, _) in zip(live, want):
@@ -156,14 +199,15 @@ def brute_force_copy(tokens: list[int], lengths, draft_len: int):
 
 
 @pytest.mark.parametrize("dict_limit", [live_drafter.DICT_LIMIT, 0])
-def test_copy_finds_the_latest_longest_match(drafter, eval_traces, monkeypatch, dict_limit):
+def test_copy_finds_the_latest_longest_match(seed_drafter, seed_eval_traces, monkeypatch, dict_limit):
     """Prompts that repeat themselves (with changes), so matches of every copy length occur many
     times in the prompt and in the response: the latest, longest one is drafted, whether the
     prompt's index is dicts or frozen sorted arrays."""
     monkeypatch.setattr(live_drafter, "DICT_LIMIT", dict_limit)
+    drafter = seed_drafter
     rng = random.Random(5)
     lengths = drafter.config.copy_context_lengths
-    for _, prompt_len, tokens in eval_traces[:3]:
+    for _, prompt_len, tokens in seed_eval_traces[:3]:
         piece = tokens[:200]
         text = []
         for _ in range(4):
@@ -173,8 +217,8 @@ def test_copy_finds_the_latest_longest_match(drafter, eval_traces, monkeypatch, 
         assert (session._frozen is not None) == (dict_limit == 0)
         for token in response:
             found = session._copy_candidate()
-            assert (found and (found[1], found[3])) == (brute_force_copy(session.tokens, lengths, drafter.draft_len)
-                                                        or None)
+            assert (found and (found.source, found.draft)) == (
+                brute_force_copy(session.tokens, lengths, drafter.draft_len) or None)
             session.extend([token])
 
 
@@ -250,8 +294,9 @@ def test_the_choice_is_the_batch_evaluations(data):
     scores = evaluate._resolve_near_ties(Steps(), cand, scores, raw, starts, policy)
     batch = families[int(evaluate._pick(scores, starts)[0])]
     order = {f: i for i, f in enumerate(("copy", "prompt-autocomplete", "backoff", "ngram"))}
-    live = [(order[f], sources[f], live_drafter.backoff_raw(steps) if f == "backoff" else raws[f], [order[f]],
-             steps if f == "backoff" else None) for f in families]
+    live = [Candidate(order[f], 0, 0, 0, [order[f]], sources[f],
+                      live_drafter.backoff_raw(steps) if f == "backoff" else raws[f],
+                      steps if f == "backoff" else None) for f in families]
     assert families[live_drafter.first_best(live_drafter.policy_scores(live, policy))] == batch
 
 
@@ -426,18 +471,21 @@ def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
         export_bundle(root / "warehouse", None, tmp_path / "mine")
 
 
-def test_exporting_a_default_preset_run_fails_in_one_line(built, tmp_path):
+def test_exporting_an_online_run_fails_in_one_line(default_built, tmp_path):
+    """An --online run's store grew with the traces it served; its drafter is the offline run's
+    bundle loaded with online=True."""
     from specdraft.report.results import record_run
 
-    root, results = built
+    root, results = default_built
     other = tmp_path / "warehouse"
     shutil.copytree(root / "warehouse", other)
     with Warehouse(other, dataset=DATASET) as wh:
-        record_run(wh, {**results, "preset": "default"}, run_id="default-run")
-    result = CliRunner().invoke(main, ["export", "default-run", "--warehouse", str(other), "--out", str(tmp_path / "b")])
+        record_run(wh, {**results, "config": {**results["config"], "online": True}}, run_id="online-run")
+    result = CliRunner().invoke(main, ["export", "online-run", "--warehouse", str(other), "--out", str(tmp_path / "b")])
     assert result.exit_code == 1
-    assert result.output.strip() == ("specdraft: error: run default-run is a --preset default run: exporting its "
-                                     "drafter (the confidence model) is not supported yet; export a --preset seed run")
+    assert result.output.strip() == (
+        "specdraft: error: run online-run is an --online run: export its offline twin (the same settings "
+        "without --online) and load it with Drafter.load(DIR, online=True)")
 
 
 def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
@@ -485,3 +533,66 @@ def test_every_position_checks_its_rows(drafter, eval_traces, built):
     chosen = pa.table({"trace_id": [trace_id], "pos": [prompt_len + 1], "draft": pa.array([[1]], pa.list_(pa.int32()))})
     with pytest.raises(SpecdraftError, match="no row for trace"):
         every_position(drafter, [trace_id], [prompt_len], [tokens], chosen)
+
+
+# -- --preset default: the sources beyond the seed and the confidence model -----------------------
+
+def test_default_drafts_and_features_are_the_warehouses(default_built, default_drafter):
+    """At every eval position, every family's drafts (the seed's four, recent copies, the n-gram at
+    every length and rank 2) with their context lengths, counts and copy distances are the
+    candidates table's, in eval_features' order; the selectable ones' feature rows are
+    candidate_features' rows, number for number."""
+    from specdraft.live.confidence import feature_rows
+    from specdraft.policy.confidence import NUMERIC_FEATURES, feature_matrix, selectable
+
+    drafter = default_drafter
+    with Warehouse(default_built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        features = wh.run_text(
+            "select f.*, c.draft from candidate_features as f join candidates as c using (trace_id, pos, source) "
+            "where f.split = 'eval' order by trace_id, pos, family_order, ctx_len").to_arrow_table()
+    matrix = feature_matrix(selectable(features))
+    chosen = selectable(features).select(["trace_id", "pos"]).to_pylist()
+    rows = features.select(["trace_id", "pos", "family_order", "ctx_len", "count", "copy_distance", "draft"]).to_pylist()
+    expected: dict[tuple[int, int], list[tuple]] = {}
+    for row in rows:
+        expected.setdefault((row["trace_id"], row["pos"]), []).append(
+            (row["family_order"], row["ctx_len"], row["count"], row["copy_distance"], list(row["draft"])))
+    want_rows: dict[tuple[int, int], list] = {}
+    for key, vector in zip(((r["trace_id"], r["pos"]) for r in chosen), matrix.tolist()):
+        want_rows.setdefault(key, []).append(vector)
+    orders, checked = set(), 0
+    for trace_id, prompt_len, tokens in _eval_traces(default_built[0]):
+        session = drafter.start(tokens[:prompt_len])
+        for pos in range(prompt_len, len(tokens)):
+            live = session._candidates()
+            got = [(c.order, c.ctx_len, c.count, c.distance, list(c.draft)) for c in live]
+            assert got == expected.get((trace_id, pos), []), (trace_id, pos)
+            _, live_matrix = feature_rows(live, pos - prompt_len, drafter.choices)
+            assert live_matrix.tolist() == want_rows.get((trace_id, pos), []), (trace_id, pos)
+            orders |= {c.order for c in live}
+            checked += len(live)
+            session.extend([tokens[pos]])
+    assert checked > 5000 and orders == set(range(8)), orders  # every family but online
+    assert len(NUMERIC_FEATURES) + 1 == matrix.shape[1]
+
+
+def test_default_propose_many_is_the_runs_multi_draft(default_built, default_drafter):
+    """The best accepted length among propose_many(k)'s drafts, averaged over eval positions, is the
+    run's multi-draft top-k figure: the same k distinct drafts, ranked by the same scores."""
+    from specdraft.policy.evaluate import accepted_prefix
+
+    _, results = default_built
+    drafter = default_drafter
+    best = {2: [], 4: []}
+    for _, prompt_len, tokens in _eval_traces(default_built[0]):
+        session = drafter.start(tokens[:prompt_len])
+        for pos in range(prompt_len, len(tokens)):
+            actual = tokens[pos : pos + drafter.draft_len]
+            for k, accepted in best.items():
+                drafts = session.propose_many(k)
+                assert len(drafts) <= k and len({tuple(d) for d in drafts}) == len(drafts)
+                accepted.append(max((accepted_prefix(d, actual, drafter.draft_len) for d in drafts), default=0))
+            assert session.propose() == (session.propose_many(1) or [[]])[0]
+            session.extend([tokens[pos]])
+    for k, accepted in best.items():
+        assert sum(accepted) / len(accepted) == results["multi_draft"][f"top{k}"]["avg_accepted"]

@@ -3,10 +3,13 @@
     manifest.json   format and version, the run, the tokenizer (name, fingerprint, vocabulary
                     size), the tables' context-length segments, every other file's size and sha256
     config.json     the run's RunConfig
-    policy.json     the fitted policy (--preset seed: SourceAveragePolicy's global_avg, source_avg)
+    policy.json     the fitted policy: --preset seed, SourceAveragePolicy's global_avg and
+                    source_avg; --preset default, the confidence model's baseline and choices
     ngram.arrow     key, count, store_pos: per n-gram context, its rank-1 continuation
+    ngram_rank2.arrow  the same for the rank-2 continuation (--preset default)
     backoff.arrow   key, token_id, count, total: per backoff context, its pick
     store.arrow     token_id: the train traces' tokens, which n-gram drafts point into
+    trees.arrow     the confidence model's tree nodes (--preset default; policy/trees.py)
 
 The tables are Arrow IPC files, one record batch each, uncompressed, so loading memory-maps them;
 JSON for the rest. Nothing is pickled: loading a bundle runs no code from it. Keys are the
@@ -35,16 +38,27 @@ from specdraft.errors import SpecdraftError, first_line
 from specdraft.live import keys
 from specdraft.live.tables import ContextTable, segments_of
 from specdraft.policy.seed import SourceAveragePolicy
+from specdraft.policy.trees import NODE_COLUMNS as TREE_COLUMNS
+from specdraft.policy.trees import TreeEnsemble
 from specdraft.tables import hashing
 
 FORMAT = "specdraft-drafter"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-# file -> its columns, in order; integer widths are chosen per bundle (the narrowest that fits)
+PRESETS = ("seed", "default")
+# file -> its columns, in order; integer widths of the lookup tables are chosen per bundle (the
+# narrowest that fits)
 TABLE_COLUMNS = {
     "ngram.arrow": ("key", "count", "store_pos"),
+    "ngram_rank2.arrow": ("key", "count", "store_pos"),
     "backoff.arrow": ("key", "token_id", "count", "total"),
     "store.arrow": ("token_id",),
+    "trees.arrow": TREE_COLUMNS,
+}
+TREE_TYPES = {"threshold": pa.float64(), "value": pa.float64(), "left_codes": pa.int64()}  # others int32
+PRESET_TABLES = {
+    "seed": ("ngram.arrow", "backoff.arrow", "store.arrow"),
+    "default": ("ngram.arrow", "ngram_rank2.arrow", "backoff.arrow", "store.arrow", "trees.arrow"),
 }
 JSON_FILES = ("config.json", "policy.json")
 
@@ -59,12 +73,11 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
 
     results = load_run(Path(warehouse), run_id)
     run_id = results["run_id"]
-    if results.get("preset") != "seed":
-        raise SpecdraftError(
-            f"run {run_id} is a --preset {results.get('preset')} run: exporting its drafter (the confidence "
-            "model) is not supported yet; export a --preset seed run"
-        )
+    preset = results.get("preset")
     cfg = RunConfig(**results["config"])
+    if cfg.online:
+        raise SpecdraftError(f"run {run_id} is an --online run: export its offline twin (the same settings "
+                             "without --online) and load it with Drafter.load(DIR, online=True)")
     tokenizer_fp = results["tokenizer"]["fingerprint"]
     tokenizer = load_tokenizer(cfg.tokenizer)
     if tokenizer.fingerprint != tokenizer_fp:
@@ -76,11 +89,13 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         check_tables_are_the_runs(wh, cfg, results)
         store, starts = _store(wh)
-        ngram = _ngram(wh, len(store), cfg.draft_len)
-        backoff = _backoff(wh, cfg)
-    tables = {"store.arrow": pa.table({"token_id": store})}
+        lookups = {"ngram.arrow": _ngram(wh, len(store), cfg.draft_len, rank=1), "backoff.arrow": _backoff(wh, cfg)}
+        tables = {"store.arrow": pa.table({"token_id": store})}
+        if preset == "default":
+            lookups["ngram_rank2.arrow"] = _ngram(wh, len(store), cfg.draft_len, rank=2)
+            tables["trees.arrow"] = _trees(wh, run_id)
     segments = {}
-    for name, (ctx_lens, table) in (("ngram.arrow", ngram), ("backoff.arrow", backoff)):
+    for name, (ctx_lens, table) in lookups.items():
         tables[name] = table
         segments[name] = segments_of(ctx_lens)
     manifest = {
@@ -105,7 +120,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
             with pa.OSFile(str(partial / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table, max_chunksize=max(table.num_rows, 1))
         (partial / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
-        policy = {"kind": "seed", **results["policy"]}
+        policy = {**results["policy"], "kind": preset}
         (partial / "policy.json").write_text(json.dumps(policy, indent=2, sort_keys=True) + "\n")
         for name in (*tables, *JSON_FILES):
             manifest["files"][name] = {"bytes": (partial / name).stat().st_size, "sha256": _sha256(partial / name)}
@@ -161,12 +176,25 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def _ngram(wh, store_len: int, draft_len: int) -> tuple[np.ndarray, pa.Table]:
-    ctx_lens, table = _sorted(wh.query("live/bundle_ngram").to_arrow_table(), ("count", "store_pos"))
+def _ngram(wh, store_len: int, draft_len: int, rank: int) -> tuple[np.ndarray, pa.Table]:
+    ctx_lens, table = _sorted(wh.query("live/bundle_ngram", {"rank": rank}).to_arrow_table(), ("count", "store_pos"))
     ends = table.column("store_pos").to_numpy() + draft_len
     if len(ends) and int(ends.max()) > store_len:
         raise SpecdraftError("live/bundle_ngram.sql: a continuation points past the token store")
     return ctx_lens, table
+
+
+def _trees(wh, run_id: str) -> pa.Table:
+    """The run's recorded confidence model; the scorer built from it is checked at load."""
+    table = wh.query("live/bundle_trees", {"run_id": run_id}).to_arrow_table() if wh.has_table("policy_trees") else None
+    if table is None or table.num_rows == 0:
+        raise SpecdraftError(f"run {run_id} recorded no confidence model (policy_trees): it predates "
+                             "exporting --preset default runs, or its calibration had nothing to learn; rerun it")
+    return table.cast(_tree_schema())
+
+
+def _tree_schema() -> pa.Schema:
+    return pa.schema([(name, TREE_TYPES.get(name, pa.int32())) for name in TREE_COLUMNS])
 
 
 def _backoff(wh, cfg: RunConfig) -> tuple[np.ndarray, pa.Table]:
@@ -182,13 +210,23 @@ def _sha256(path: Path) -> str:
 # -- load ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class ConfidenceChoice:
+    """--preset default's policy, live: the families it may choose, and the trees scoring each
+    draft (the first highest raw prediction wins, as in policy/evaluate.py)."""
+
+    choices: tuple[str, ...]
+    features: tuple[str, ...]  # the trees' input columns, in order (policy/confidence.py)
+    trees: TreeEnsemble
+
+
+@dataclass(frozen=True)
 class Bundle:
     """A loaded bundle: memory-mapped tables, immutable."""
 
     root: Path
     manifest: dict
     config: RunConfig
-    policy: SourceAveragePolicy
+    policy: SourceAveragePolicy | ConfidenceChoice
     ngram: ContextTable
     ngram_count: memoryview
     ngram_store_pos: memoryview
@@ -197,6 +235,14 @@ class Bundle:
     backoff_count: memoryview
     backoff_total: memoryview
     store: memoryview
+    # --preset default only
+    ngram_rank2: ContextTable | None = None
+    ngram_rank2_count: memoryview | None = None
+    ngram_rank2_store_pos: memoryview | None = None
+
+    @property
+    def preset(self) -> str:
+        return self.manifest["preset"]
 
     @property
     def size_bytes(self) -> int:
@@ -217,24 +263,35 @@ def read_bundle(root: Path) -> Bundle:
             raise SpecdraftError(f"{path}: {size} bytes, the manifest says {expected['bytes']} (truncated or replaced)")
         if _sha256(path) != expected["sha256"]:
             raise SpecdraftError(f"{path}: checksum does not match the manifest (the file is corrupted)")
-    missing = [name for name in (*TABLE_COLUMNS, *JSON_FILES) if name not in manifest["files"]]
+    preset = manifest["preset"]
+    missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:
         raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
     config = RunConfig(**_read_json(root / "config.json"))
-    policy = _read_policy(root / "policy.json")
-    columns = {name: _read_table(root / name) for name in TABLE_COLUMNS}
+    columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
+    policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
     segments = manifest["tables"]
+
+    def lookup(name: str) -> ContextTable:
+        return ContextTable(columns[name]["key"], [tuple(s) for s in segments[name]["segments"]])
+
     ngram, backoff = columns["ngram.arrow"], columns["backoff.arrow"]
+    extra = {}
+    if preset == "default":
+        rank2 = columns["ngram_rank2.arrow"]
+        extra = {"ngram_rank2": lookup("ngram_rank2.arrow"), "ngram_rank2_count": memoryview(rank2["count"]),
+                 "ngram_rank2_store_pos": memoryview(rank2["store_pos"])}
     return Bundle(
         root, manifest, config, policy,
-        ngram=ContextTable(ngram["key"], [tuple(s) for s in segments["ngram.arrow"]["segments"]]),
+        ngram=lookup("ngram.arrow"),
         ngram_count=memoryview(ngram["count"]),
         ngram_store_pos=memoryview(ngram["store_pos"]),
-        backoff=ContextTable(backoff["key"], [tuple(s) for s in segments["backoff.arrow"]["segments"]]),
+        backoff=lookup("backoff.arrow"),
         backoff_token=memoryview(backoff["token_id"]),
         backoff_count=memoryview(backoff["count"]),
         backoff_total=memoryview(backoff["total"]),
         store=memoryview(columns["store.arrow"]["token_id"]),
+        **extra,
     )
 
 
@@ -257,8 +314,9 @@ def read_manifest(root: Path) -> dict:
             and isinstance(tables, dict) and isinstance(tokenizer, dict)
             and {"name", "fingerprint", "vocab_size"} <= set(tokenizer)):
         raise SpecdraftError(f"{path}: incomplete manifest (files, tables or tokenizer missing)")
-    if manifest.get("preset") != "seed":
-        raise SpecdraftError(f"{path}: a --preset {manifest.get('preset')} bundle; only --preset seed is supported yet")
+    if manifest.get("preset") not in PRESETS:
+        raise SpecdraftError(f"{path}: a --preset {manifest.get('preset')} bundle; this specdraft reads "
+                             f"{' and '.join(PRESETS)} bundles")
     return manifest
 
 
@@ -269,16 +327,23 @@ def _read_json(path: Path):
         raise SpecdraftError(f"{path}: unreadable ({first_line(exc)})") from exc
 
 
-def _read_policy(path: Path) -> SourceAveragePolicy:
+def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
     data = _read_json(path)
     try:
-        if data["kind"] != "seed":
-            raise SpecdraftError(f"{path}: a {data['kind']!r} policy; only the seed's is supported yet")
+        if data["kind"] != preset:
+            raise SpecdraftError(f"{path}: a {data['kind']!r} policy in a --preset {preset} bundle")
+        if preset == "default":
+            nodes = pa.table({name: trees[name] for name in TREE_COLUMNS})
+            try:
+                ensemble = TreeEnsemble(float(data["baseline"]), nodes, len(data["features"]))
+            except SpecdraftError as exc:
+                raise SpecdraftError(f"{trees_path}: {exc}") from exc
+            return ConfidenceChoice(tuple(str(c) for c in data["choices"]), tuple(data["features"]), ensemble)
         calibration = {s: (int(v["positions"]), int(v["accepted_sum"])) for s, v in data["calibration"].items()}
         source_avg = {str(s): float(v) for s, v in data["source_avg"].items()}
         return SourceAveragePolicy(float(data["global_avg"]), source_avg, calibration)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SpecdraftError(f"{path}: not a seed policy ({type(exc).__name__}: {first_line(exc)})") from exc
+        raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc
 
 
 def _read_table(path: Path) -> dict[str, np.ndarray]:
@@ -292,12 +357,17 @@ def _read_table(path: Path) -> dict[str, np.ndarray]:
         raise SpecdraftError(f"{path}: not a readable Arrow IPC table ({first_line(exc)})") from exc
     expected = TABLE_COLUMNS[path.name]
     schema = batch.schema
-    wrong = tuple(schema.names) != expected or any(
-        t not in (pa.int32(), pa.int64()) or (name == "key" and t != pa.int64())
-        for name, t in zip(schema.names, schema.types)
-    )
+    if path.name == "trees.arrow":
+        wrong = schema != _tree_schema()
+        types = "tree node columns of policy/trees.py"
+    else:
+        wrong = tuple(schema.names) != expected or any(
+            t not in (pa.int32(), pa.int64()) or (name == "key" and t != pa.int64())
+            for name, t in zip(schema.names, schema.types)
+        )
+        types = "int64 key, int32 or int64 values"
     if wrong or any(column.null_count for column in batch.columns):
         raise SpecdraftError(f"{path}: columns {[f'{f.name} {f.type}' for f in schema]}, expected "
-                             f"{', '.join(expected)} (int64 key, int32 or int64 values, no nulls)")
+                             f"{', '.join(expected)} ({types}, no nulls)")
     names = schema.names
     return {name: batch.column(name).to_numpy(zero_copy_only=True) for name in names}

@@ -39,8 +39,17 @@ from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
 from specdraft.live import keys
-from specdraft.live.bundle import MANIFEST, Bundle, read_bundle, read_manifest
+from specdraft.live.bundle import MANIFEST, Bundle, ConfidenceChoice, read_bundle, read_manifest
+from specdraft.live.confidence import (
+    NGRAM_ALL,
+    Candidate,
+    RecentIndex,
+    feature_rows,
+    ngram_all_candidates,
+    recent_candidates,
+)
 from specdraft.live.tables import ContextTable
+from specdraft.policy.confidence import feature_columns
 from specdraft.policy.evaluate import NEAR_TIE
 
 B, M = keys.B, keys.M
@@ -69,6 +78,20 @@ class Drafter:
         self.backoff_width = max((n for n, _ in self.backoff_lengths), default=0)
         self.ngram_plan = bundle.ngram.plan(self.ngram_lengths)
         self.backoff_plan = bundle.backoff.plan(self.backoff_lengths)
+        self.choices: frozenset[int] | None = None  # --preset default: the families it may choose
+        if isinstance(self.policy, ConfidenceChoice):
+            features = list(self.policy.features)
+            if features != list(feature_columns()):
+                raise SpecdraftError(f"{bundle.root / 'policy.json'}: the model reads features {features}; "
+                                     f"this specdraft computes {list(feature_columns())}")
+            self.choices = frozenset(families.ORDER[name] for name in self.policy.choices)
+            # the lengths the warehouse keys (query_context_keys.sql): n-gram and copy lengths
+            self.recent_lengths = [(n, keys.power(n)) for n in sorted(set(cfg.context_lengths)
+                                                                      | set(cfg.copy_context_lengths))]
+            rank1 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram.plan(self.ngram_lengths)}
+            rank2 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
+            self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
+                                   if n in rank1]
 
     @classmethod
     def load(cls, path: str | Path) -> Drafter:
@@ -122,6 +145,7 @@ class Session:
         self._autocomplete = PromptAutocomplete(tokenizer, tokenizer.decode(self.tokens), self.tokens,
                                                 self.prompt_len, drafter.draft_len)
         self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
+        self._recent = self._recent_index() if drafter.choices is not None else None
         self._closed = False
 
     # -- the calls ------------------------------------------------------------------------------
@@ -129,9 +153,11 @@ class Session:
         """Add the tokens the model produced. O(len(token_ids))."""
         self._check_open()
         ids = self.drafter.checked(token_ids, "token_ids")
-        tokens, prefix, copy = self.tokens, self._prefix, self._copy
+        tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
         draft_len = self.drafter.draft_len
         for token in ids:
+            if recent is not None:
+                recent.add(prefix, len(tokens))  # the current position becomes an earlier place
             tokens.append(token)
             prefix.append((prefix[-1] * B + token + 1) % M)
             # the position that now has draft_len known tokens after it joins the copy index
@@ -146,9 +172,10 @@ class Session:
         """The policy's draft at the current position: at most draft_len tokens, [] if none."""
         self._check_open()
         candidates = self._candidates()
-        if not candidates:
+        picked, scores = self._scores(candidates)
+        if not picked:
             return []
-        return list(candidates[first_best(policy_scores(candidates, self.drafter.policy))][3])
+        return list(candidates[picked[first_best(scores)]].draft)
 
     def propose_many(self, k: int) -> list[list[int]]:
         """The k best distinct drafts at the current position, best first (ties in family order)."""
@@ -156,21 +183,21 @@ class Session:
         if type(k) is not int or k < 1:
             raise ValueError(f"k must be a positive int, not {k!r}")
         candidates = self._candidates()
-        if not candidates:
-            return []
-        scores = policy_scores(candidates, self.drafter.policy)
-        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        picked, scores = self._scores(candidates)
+        order = sorted(range(len(picked)), key=lambda i: (-scores[i], i))
         drafts: list[list[int]] = []
         for i in order:
-            draft = list(candidates[i][3])
+            draft = list(candidates[picked[i]].draft)
             if draft not in drafts:
                 drafts.append(draft)
-        return drafts[:k]
+                if len(drafts) == k:
+                    break
+        return drafts
 
     def close(self) -> None:
         """End the request; the session's state is released."""
         self._closed = True
-        self._copy, self._frozen, self._walk = [], None, None
+        self._copy, self._frozen, self._walk, self._recent = [], None, None, None
 
     def __enter__(self) -> Self:
         return self
@@ -183,15 +210,34 @@ class Session:
             raise ValueError("the session is closed")
 
     # -- the sources ----------------------------------------------------------------------------
-    def _candidates(self) -> list[tuple]:
-        """(family order, source, raw score, draft, backoff steps) of each source that proposes,
-        in the seed's family order."""
-        out = []
-        for candidate in (self._copy_candidate(), self._prompt_candidate(), self._backoff_candidate(),
-                          self._ngram_candidate()):
-            if candidate is not None:
-                out.append(candidate)
+    def _candidates(self) -> list[Candidate]:
+        """Each source's draft at the current position, in the order ties are broken in: the
+        seed's four in family order; --preset default adds recent copies and the n-gram at every
+        length (confidence.py), in (family order, context length) order."""
+        if self._recent is None:
+            return [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(),
+                                                self._backoff_candidate(), self._ngram_candidate())
+                    if candidate is not None]
+        out = [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(), self._backoff_candidate())
+               if candidate is not None]
+        ngram_all = ngram_all_candidates(self.drafter, self._prefix, len(self.tokens))
+        longest = next((c for c in reversed(ngram_all) if c.order == NGRAM_ALL), None)
+        if longest is not None:  # the seed's n-gram: ngram-all's draft at the longest length
+            out.append(Candidate(NGRAM, longest.ctx_len, longest.count, 0, longest.draft))
+        out += recent_candidates(self._recent, self.tokens, self._prefix, self.drafter.draft_len)
+        out += ngram_all
+        out.sort(key=Candidate.key)
         return out
+
+    def _scores(self, candidates: list[Candidate]) -> tuple[list[int], list[float]]:
+        """The candidates the policy may choose (their indexes) and its score of each."""
+        drafter = self.drafter
+        if drafter.choices is None:
+            return list(range(len(candidates))), policy_scores(candidates, drafter.policy)
+        picked, matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, drafter.choices)
+        if not picked:
+            return [], []
+        return picked, drafter.policy.trees.raw_predict_checked(matrix).tolist()
 
     def _copy_candidate(self):
         """sql/drafters/copy_candidates.sql: the longest copy length whose last tokens occurred
@@ -209,8 +255,8 @@ class Session:
                 row = frozen.find(ctx_len, key)
                 at = self._frozen_pos[row] if row >= 0 else None
             if at is not None:
-                return (COPY, f"copy:{ctx_len}", ctx_len * 9.0 + 0.5,
-                        tokens[at : at + self.drafter.draft_len], None)
+                return Candidate(COPY, ctx_len, 0, n - at, tokens[at : at + self.drafter.draft_len],
+                                 f"copy:{ctx_len}", ctx_len * 9.0 + 0.5)
         return None
 
     def _prompt_candidate(self):
@@ -220,7 +266,7 @@ class Session:
         if proposal is None:
             return None
         draft, score = proposal
-        return (PROMPT, "prompt-autocomplete", score, draft, None)
+        return Candidate(PROMPT, 0, 0, 0, list(draft), "prompt-autocomplete", score)
 
     def _ngram_candidate(self):
         """sql/drafters/ngram_candidates.sql: the longest context length seen in train, its
@@ -239,7 +285,8 @@ class Session:
                 count = bundle.ngram_count[row]
                 at = bundle.ngram_store_pos[row]
                 draft = bundle.store[at : at + drafter.draft_len].tolist()
-                return (NGRAM, f"ngram:{ctx_len}", ctx_len * 8.0 + math.log1p(count), draft, None)
+                return Candidate(NGRAM, ctx_len, count, 0, draft, f"ngram:{ctx_len}",
+                                 ctx_len * 8.0 + math.log1p(count))
         return None
 
     def _backoff_candidate(self):
@@ -248,7 +295,7 @@ class Session:
         draft, steps = self._backoff_walk()
         if not steps:
             return None
-        return (BACKOFF, f"backoff:{steps[0][0]}", backoff_raw(steps), draft, steps)
+        return Candidate(BACKOFF, steps[0][0], 0, 0, draft, f"backoff:{steps[0][0]}", backoff_raw(steps), steps)
 
     def _backoff_walk(self) -> tuple[list[int], list[tuple[int, int, int]]]:
         drafter = self.drafter
@@ -289,6 +336,16 @@ class Session:
                 hashes.append((last * B + token + 1) % M)
         self._walk = (n, draft, steps, stopped)
         return draft, steps
+
+    def _recent_index(self) -> RecentIndex:
+        """The recent-copy index of the prompt's positions (frozen arrays for a long prompt)."""
+        index = RecentIndex(self.drafter.recent_lengths)
+        n = self.prompt_len
+        if sum(max(0, n - ctx_len) for ctx_len, _ in index.lengths) <= DICT_LIMIT:
+            index.add_many(self._prefix, 0, n)
+        else:
+            index.freeze(self._prefix, n)
+        return index
 
     # -- the copy index of the prompt -----------------------------------------------------------
     def _copy_index(self):
@@ -337,18 +394,20 @@ def _tokenizer(recorded: dict):
 
 # -- the policy ---------------------------------------------------------------------------------
 
-def policy_scores(candidates: list[tuple], policy) -> list[float]:
-    """SourceAveragePolicy's score of each candidate (family order, source, raw score, draft,
-    backoff steps), with policy/evaluate.py's float operations; where scores are within rounding
-    of a tie, the backoff candidate's exact score (evaluate._resolve_near_ties)."""
-    scores = [policy.score_one(source, raw) for _, source, raw, _, _ in candidates]
+def policy_scores(candidates: list[Candidate], policy) -> list[float]:
+    """SourceAveragePolicy's score of each candidate, with policy/evaluate.py's float operations;
+    where scores are within rounding of a tie, the backoff candidate's exact score
+    (evaluate._resolve_near_ties)."""
+    if not candidates:
+        return []
+    scores = [policy.score_one(c.source, c.raw) for c in candidates]
     best = max(scores)
     tolerance = NEAR_TIE * max(abs(best), 1.0)
     close = [abs(score - best) <= tolerance for score in scores]
     if sum(close) > 1:
-        for i, (order, source, _, _, steps) in enumerate(candidates):
-            if order == BACKOFF and close[i]:
-                scores[i] = policy.score_one(source, backoff_score(*map(list, zip(*steps))))
+        for i, c in enumerate(candidates):
+            if c.order == BACKOFF and close[i]:
+                scores[i] = policy.score_one(c.source, backoff_score(*map(list, zip(*c.steps))))
     return scores
 
 

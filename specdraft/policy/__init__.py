@@ -45,6 +45,10 @@ class Policy(Protocol):
     def to_dict(self) -> dict:
         """What results.json records of the fitted policy."""
 
+    def model_table(self) -> pa.Table | None:
+        """A fitted model too big for results.json, as a table the run records beside it
+        (policy_trees), or None if to_dict() says it all."""
+
 
 def policy_for(preset: str) -> type[Policy]:
     from specdraft.policy.confidence import ConfidencePolicy

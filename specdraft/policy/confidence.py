@@ -20,6 +20,7 @@ import pyarrow as pa
 from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
+from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
 
@@ -70,13 +71,17 @@ def feature_columns() -> tuple[str, ...]:
 
 
 def feature_matrix(features: pa.Table) -> np.ndarray:
+    """The model's input, one int64 row per draft (every feature is a count; sklearn reads it as
+    float64, exactly)."""
     _, *numeric_columns = feature_columns()
     family = features.column("family").to_numpy(zero_copy_only=False)
-    codes = np.full(len(family), len(families.NAMES), dtype=np.float64)
+    codes = np.full(len(family), len(families.NAMES), dtype=np.int64)
     for name, code in families.ORDER.items():
         codes[family == name] = code
-    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in numeric_columns]
-    return np.column_stack([codes, *numeric]) if len(family) else np.zeros((0, 1 + len(numeric_columns)))
+    numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.int64) for name in numeric_columns]
+    if not len(family):
+        return np.zeros((0, 1 + len(numeric_columns)), dtype=np.int64)
+    return np.column_stack([codes, *numeric])
 
 
 @dataclass
@@ -87,10 +92,11 @@ class ConfidencePolicy:
     families: ClassVar[tuple[str, ...]] = families.NAMES
     reads_features: ClassVar[bool] = True
 
-    model: object
+    model: object  # the fitted HistGradientBoostingRegressor, or None when there was nothing to learn
     calibration_drafts: int
     calibration_positions: int
     excluded: tuple[str, ...] = ()
+    trees: TreeEnsemble | None = None  # the model as the bundle stores it (trees.py), checked equal
 
     @classmethod
     def fit(cls, features: pa.Table, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
@@ -114,21 +120,26 @@ class ConfidencePolicy:
             early_stopping=False,  # deterministic: no random validation split
             random_state=0,  # the bin thresholds come from a sample of the rows
         )
-        model.fit(feature_matrix(keep), accepted)
+        matrix = feature_matrix(keep)
+        model.fit(matrix.astype(np.float64), accepted)
+        trees = exported_trees(model, matrix)
         positions = len(set(zip(keep.column("trace_id").to_pylist(), keep.column("pos").to_pylist())))
-        return cls(model, keep.num_rows, positions, tuple(exclude_families))
+        return cls(model, keep.num_rows, positions, tuple(exclude_families), trees)
 
     @classmethod
     def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
         return cls.fit(calibration_features(wh))
 
-    def predict(self, features: pa.Table) -> np.ndarray:
-        if features.num_rows == 0 or self.model is None:
-            return np.zeros(features.num_rows)
-        return self.model.predict(feature_matrix(features))
-
     def score(self, drafts: pa.Table) -> np.ndarray:
-        return self.predict(drafts)
+        """The model's raw (log-scale) prediction of each draft's accepted length: what the pick
+        compares, here and live (ranking by exp of it would be the same but for float ties)."""
+        if drafts.num_rows == 0 or self.model is None:
+            return np.zeros(drafts.num_rows)
+        return raw_predict(self.model, feature_matrix(drafts))
+
+    def model_table(self) -> pa.Table | None:
+        """The trees as a node table (trees.NODE_COLUMNS), recorded with the run for export."""
+        return None if self.trees is None else self.trees.nodes
 
     def evaluate(self, wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path):
         from specdraft.policy.evaluate import evaluate_confidence
@@ -159,7 +170,27 @@ class ConfidencePolicy:
             "features": list(feature_columns()),
             "calibration_drafts": self.calibration_drafts,
             "calibration_positions": self.calibration_positions,
+            # the raw prediction's constant term; the trees are the run's policy_trees rows
+            "baseline": None if self.trees is None else self.trees.baseline,
         }
+
+
+def raw_predict(model, matrix: np.ndarray) -> np.ndarray:
+    """sklearn's raw prediction (before the Poisson link's exp): its own compiled tree walk, fast
+    over a whole split. It is a private method; exported_trees() checks every fit against it, so a
+    change in sklearn fails the run rather than the bundle."""
+    return model._raw_predict(matrix.astype(np.float64))[:, 0]
+
+
+def exported_trees(model, matrix: np.ndarray, sample: int = 4096) -> TreeEnsemble:
+    """The fitted model as a TreeEnsemble, after checking that it predicts bit for bit what sklearn
+    does on (a sample of) the training rows: the live drafter scores with it."""
+    trees = TreeEnsemble.from_sklearn(model)
+    rows = matrix[np.linspace(0, len(matrix) - 1, min(sample, len(matrix))).astype(np.int64)]
+    if not np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)):
+        raise SpecdraftError("confidence model: the exported trees do not predict what sklearn predicts "
+                             "(has HistGradientBoostingRegressor's tree layout changed?)")
+    return trees
 
 
 def selectable(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa.Table:

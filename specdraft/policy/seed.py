@@ -77,6 +77,9 @@ class SourceAveragePolicy:
     def leave_one_out(self, wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
         raise SpecdraftError("--leave-one-out needs --preset default (the seed's policy has no refit)")
 
+    def model_table(self) -> None:
+        return None  # to_dict() holds the whole policy
+
     def to_dict(self) -> dict:
         return {
             "global_avg": self.global_avg,

@@ -83,13 +83,17 @@ def new_run_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None) -> str:
+def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None, model=None) -> str:
     """Add the run to the warehouse's runs table (and its eval positions to the dataset's
-    eval_positions table); results["run_id"] is set."""
-    results["run_id"] = run_id or new_run_id()
-    if positions is not None:
-        import pyarrow as pa
+    eval_positions table, its policy's model table, if any, to policy_trees); results["run_id"]
+    is set."""
+    import pyarrow as pa
 
+    results["run_id"] = run_id or new_run_id()
+    if model is not None:
+        run_ids = pa.array([results["run_id"]] * model.num_rows, pa.string())
+        wh.store("policy_trees", model.add_column(0, "run_id", run_ids), append=True)
+    if positions is not None:
         run_ids = pa.array([results["run_id"]] * positions.num_rows, pa.string())
         wh.store("eval_positions", positions.add_column(0, "run_id", run_ids), append=True)
         for view in ("eval_position_drafts", "top_hitting_contexts", "acceptance_by_source",

@@ -1,10 +1,11 @@
 -- out: bundle_ngram
 -- grain: ctx_len, ctx_hash
 -- reads: exact_continuations, selected_traces
--- params: (none)
--- The global n-gram as the seed's source reads it: per context, its most frequent continuation
--- (rank 1) with its count, and where its tokens start in the bundle's token store (the same
--- train-order offsets as bundle_store.sql).
+-- params: $rank INTEGER
+-- The global n-gram as its sources read it: per context, its $rank-th most frequent continuation
+-- (rank 1: the seed's n-gram and ngram-all; rank 2: ngram-rank2, --preset default) with its
+-- count, and where its tokens start in the bundle's token store (the same train-order offsets
+-- as bundle_store.sql).
 with store as (
     select
         trace_id,
@@ -20,5 +21,5 @@ select
     s.store_start + e.src_pos as store_pos
 from exact_continuations as e
 join store as s on s.trace_id = e.src_trace_id
-where e.rank = 1
+where e.rank = $rank
 order by e.ctx_len, e.ctx_hash

@@ -1,0 +1,220 @@
+"""--preset default, live: the sources beyond the seed and the confidence model's choice, for one
+position of one session.
+
+The candidates stage builds, per position, every family's drafts (sql/drafters/*.sql); the
+confidence policy scores each selectable draft from features of the whole set
+(candidate_features.sql) and picks the first highest in (family order, context length) order
+(eval_features.sql, evaluate._pick). Here the same drafts, features and order come from a
+session's incremental state:
+
+- recent copy: per context length, each context's count of earlier places in the session and its
+  latest two (RecentIndex), updated as tokens arrive;
+- ngram-all and ngram-rank2: the bundle's rank-1 and rank-2 continuations at every context length
+  that hits.
+
+The features are integers computed exactly as the SQL does (its window functions become counters
+over the drafts at the position), so the trees (policy/trees.py) see the same rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from specdraft.drafters import families
+from specdraft.live import keys
+from specdraft.live.tables import ContextTable
+from specdraft.policy.confidence import feature_columns
+
+M = keys.M
+RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
+    families.ORDER[name] for name in ("recent-copy", "recent-copy-2", "ngram-all", "ngram-rank2"))
+COPY, NGRAM = families.ORDER["copy"], families.ORDER["ngram"]
+NO_PLACE = -1
+
+
+class Candidate:
+    """One draft at a position, with what the features read of it (the columns of
+    sql/drafters/candidates.sql); `steps` is the backoff walk's, for the seed policy's near ties."""
+
+    __slots__ = ("count", "ctx_len", "distance", "draft", "order", "raw", "source", "steps")
+
+    def __init__(self, order: int, ctx_len: int, count: int, distance: int, draft: list[int],
+                 source: str = "", raw: float = 0.0, steps=None) -> None:
+        self.order, self.ctx_len, self.count, self.distance = order, ctx_len, count, distance
+        self.draft, self.source, self.raw, self.steps = draft, source, raw, steps
+
+    def key(self) -> tuple[int, int]:
+        """eval_features.sql's order within a position: family order, then context length."""
+        return self.order, self.ctx_len
+
+
+class RecentIndex:
+    """Per context length (each length the warehouse keys: n-gram and copy lengths), context key
+    -> (earlier places, latest place, second-latest place) over the session's positions before the
+    current one, as recent_copy_candidates.sql's lag() and row_number() see them.
+
+    Positions are added in order (add()); a long prompt's part can be frozen in sorted arrays
+    instead of dicts (freeze())."""
+
+    def __init__(self, lengths: list[tuple[int, int]]) -> None:
+        self.lengths = lengths  # (ctx_len, B^ctx_len mod M), ascending
+        self.places: list[dict[int, tuple[int, int, int]]] = [{} for _ in lengths]
+        self.frozen: ContextTable | None = None
+        self.frozen_rows: tuple[memoryview, memoryview, memoryview] | None = None
+
+    def add(self, prefix: list[int], pos: int) -> None:
+        """Index position `pos` (its context is tokens[pos - ctx_len:pos]); O(lengths)."""
+        end = prefix[pos]
+        for (ctx_len, power), places in zip(self.lengths, self.places):
+            if ctx_len > pos:
+                break
+            key = (end - prefix[pos - ctx_len] * power) % M
+            seen = places.get(key)
+            places[key] = (1, pos, NO_PLACE) if seen is None else (seen[0] + 1, pos, seen[1])
+
+    def add_many(self, prefix: list[int], start: int, stop: int) -> None:
+        """Index positions start .. stop - 1 in order (a prompt's), with numpy keys."""
+        residues = keys.residues(prefix)
+        for (ctx_len, _), places in zip(self.lengths, self.places):
+            first = max(start, ctx_len)
+            if first >= stop:
+                continue
+            ends = np.arange(first, stop)
+            for key, pos in zip(keys.window_keys(residues, ends, ctx_len).tolist(), ends.tolist()):
+                seen = places.get(key)
+                places[key] = (1, pos, NO_PLACE) if seen is None else (seen[0] + 1, pos, seen[1])
+
+    def freeze(self, prefix: list[int], stop: int) -> None:
+        """Index positions before `stop` into sorted arrays (for a long prompt): per length, each
+        key's count, latest and second-latest place."""
+        residues = keys.residues(prefix)
+        all_keys, counts, latest, second, segments = [], [], [], [], []
+        start = 0
+        for ctx_len, _ in self.lengths:
+            if ctx_len >= stop:
+                continue
+            ends = np.arange(ctx_len, stop)
+            found = keys.window_keys(residues, ends, ctx_len)
+            order = np.argsort(found, kind="stable")  # places in position order within each key
+            found, ends = found[order], ends[order]
+            firsts = np.flatnonzero(np.r_[True, found[1:] != found[:-1]])
+            lasts = np.r_[firsts[1:], len(found)] - 1
+            all_keys.append(found[firsts])
+            counts.append(lasts - firsts + 1)
+            latest.append(ends[lasts])
+            second.append(np.where(lasts > firsts, ends[np.maximum(lasts - 1, 0)], NO_PLACE))
+            segments.append((ctx_len, start, start + len(firsts)))
+            start += len(firsts)
+        if segments:
+            self.frozen = ContextTable(np.concatenate(all_keys), segments)
+            self.frozen_rows = tuple(memoryview(np.concatenate(part).astype(np.int64))
+                                     for part in (counts, latest, second))
+
+    def find(self, i: int, key: int) -> tuple[int, int, int] | None:
+        """(count, latest, second) of `key` at the i-th length, or None if it never occurred."""
+        seen = self.places[i].get(key)
+        if self.frozen is None:
+            return seen
+        row = self.frozen.find(self.lengths[i][0], key)
+        if row < 0:
+            return seen
+        count, latest, second = (column[row] for column in self.frozen_rows)
+        if seen is None:
+            return count, latest, second
+        # the dict holds later places than the frozen prompt
+        return count + seen[0], seen[1], seen[2] if seen[2] != NO_PLACE else latest
+
+
+def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], draft_len: int) -> list[Candidate]:
+    """recent_copy_candidates.sql at the current position n = len(tokens): per context length,
+    what followed the latest (and second-latest) earlier place with the same context, repeating
+    the distance back where it reaches the present."""
+    n = len(tokens)
+    end = prefix[n]
+    out: list[Candidate] = []
+    drafts: dict[int, list[int]] = {}  # place -> draft (lengths often share the latest place)
+    for i, (ctx_len, power) in enumerate(index.lengths):
+        if ctx_len > n:
+            break
+        seen = index.find(i, (end - prefix[n - ctx_len] * power) % M)
+        if seen is None:
+            continue
+        count, latest, second = seen
+        for order, place in ((RECENT, latest), (RECENT_2, second)):
+            if place == NO_PLACE:
+                continue
+            draft = drafts.get(place)
+            if draft is None:
+                period = n - place
+                draft = tokens[place : place + draft_len] if period >= draft_len else [
+                    tokens[place + k % period] for k in range(draft_len)]
+                drafts[place] = draft
+            out.append(Candidate(order, ctx_len, count, n - place, draft))
+    return out
+
+
+def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
+    """ngram_all_candidates.sql: the rank-1 and rank-2 continuations at every context length that
+    hits (lengths ascending)."""
+    bundle = drafter.bundle
+    store, draft_len = bundle.store, drafter.draft_len
+    end = prefix[n]
+    out: list[Candidate] = []
+    for ctx_len, power, plan1, plan2 in drafter.ngram_all_plan:
+        if ctx_len > n:
+            break
+        key = (end - prefix[n - ctx_len] * power) % M
+        row = bundle.ngram.row(plan1[0], plan1[1], key)
+        if row < 0:
+            continue
+        at = bundle.ngram_store_pos[row]
+        out.append(Candidate(NGRAM_ALL, ctx_len, bundle.ngram_count[row], 0, store[at : at + draft_len].tolist()))
+        if plan2 is not None:
+            row = bundle.ngram_rank2.row(plan2[0], plan2[1], key)
+            if row >= 0:
+                at = bundle.ngram_rank2_store_pos[row]
+                out.append(Candidate(NGRAM_RANK2, ctx_len, bundle.ngram_rank2_count[row], 0,
+                                     store[at : at + draft_len].tolist()))
+    return out
+
+
+def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
+    """The selectable candidates' indexes and their feature matrix (candidate_features.sql, in
+    feature_columns() order) over the whole set at the position, which is sorted by
+    Candidate.key()."""
+    heads = [tuple(c.draft[:8]) for c in candidates]
+    agree = [Counter([head[:k] for head in heads]) for k in (1, 2, 4)]
+    agree.append(Counter(heads))
+    recent = ngram = None
+    longest_copy = 0
+    for c in candidates:  # in (family order, context length) order: the last of a family is its longest
+        if c.order == RECENT:
+            recent = c
+        elif c.order == NGRAM_ALL:
+            ngram = c
+        elif c.order == COPY:
+            longest_copy = c.ctx_len
+    longest_recent = recent.ctx_len if recent else 0
+    longest_ngram = ngram.ctx_len if ngram else 0
+    recent1 = recent.draft[:1] if recent else None
+    recent4 = recent.draft[:4] if recent else None
+    ngram1 = ngram.draft[:1] if ngram else None
+    ngram4 = ngram.draft[:4] if ngram else None
+    here = len(candidates)
+    picked, rows = [], []
+    for i, c in enumerate(candidates):
+        if c.order not in choices:
+            continue
+        draft, head = c.draft, heads[i]
+        head1, head4 = draft[:1], draft[:4]
+        picked.append(i)
+        rows.append((
+            c.order, c.ctx_len, c.count, c.distance,
+            agree[0][head[:1]] - 1, agree[1][head[:2]] - 1, agree[2][head[:4]] - 1, agree[3][head] - 1,
+            here, longest_recent, longest_ngram, longest_copy, completion_pos, len(set(draft)),
+            int(bool(head1) and head1 == recent1), int(bool(head4) and head4 == recent4),
+            int(bool(head1) and head1 == ngram1), int(bool(head4) and head4 == ngram4),
+        ))
+    return picked, np.array(rows, dtype=np.int64).reshape(len(rows), len(feature_columns()))

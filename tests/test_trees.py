@@ -1,0 +1,71 @@
+"""The confidence model as a node table (policy/trees.py): its raw predictions are sklearn's, bit for
+bit, on rows it was fitted on and on rows with families it never saw; the table survives the
+bundle's Arrow IPC round trip; a damaged table is refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from specdraft.errors import SpecdraftError
+from specdraft.policy.confidence import LEAVES, raw_predict
+from specdraft.policy.trees import TreeEnsemble
+
+
+def _data(seed: int, n: int, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows like the confidence model's: a family code, then integer counts (some large, some
+    repeating), and an accepted length that depends on both."""
+    rng = np.random.default_rng(seed)
+    family = rng.choice(codes, n)
+    counts = np.column_stack([rng.integers(0, 64, n), rng.geometric(0.01, n), rng.integers(0, 3, n),
+                              rng.integers(0, 10**9, n)])
+    accepted = rng.poisson(np.exp(0.3 * (family % 3) + counts[:, 0] / 40 - counts[:, 2] * 0.2))
+    return np.column_stack([family, counts]).astype(np.int64), accepted.astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    matrix, accepted = _data(0, 20_000, [0, 2, 4, 5])
+    model = HistGradientBoostingRegressor(max_iter=40, max_leaf_nodes=LEAVES, loss="poisson",
+                                          categorical_features=[0], early_stopping=False, random_state=0)
+    model.fit(matrix.astype(np.float64), accepted)
+    return model, TreeEnsemble.from_sklearn(model)
+
+
+def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
+    model, trees = fitted
+    # families it saw and ones it never did (sklearn sends those where missing values go)
+    matrix, _ = _data(1, 30_000, list(range(9)))
+    assert trees.n_trees == 40 and (trees.nodes.column("left_codes").to_numpy() != 0).any()
+    assert np.array_equal(trees.raw_predict(matrix), raw_predict(model, matrix))
+    # one row at a time, as the live drafter scores a position's few drafts
+    for row in matrix[:200]:
+        assert trees.raw_predict(row[None, :])[0] == raw_predict(model, row[None, :])[0]
+
+
+def test_the_node_table_survives_arrow_ipc(fitted, tmp_path):
+    _, trees = fitted
+    path = tmp_path / "trees.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, trees.nodes.schema) as writer:
+        writer.write_table(trees.nodes)
+    nodes = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    again = TreeEnsemble(trees.baseline, nodes, trees.n_features)
+    matrix, _ = _data(2, 5_000, list(range(9)))
+    assert np.array_equal(again.raw_predict(matrix), trees.raw_predict(matrix))
+
+
+def test_a_damaged_node_table_is_refused(fitted):
+    _, trees = fitted
+    nodes = trees.nodes.to_pydict()
+    looped = dict(nodes, left=[0 if i == 0 else x for i, x in enumerate(nodes["left"])])
+    with pytest.raises(SpecdraftError, match="cycle"):
+        TreeEnsemble(trees.baseline, pa.table(looped, schema=trees.nodes.schema), trees.n_features)
+    shuffled = dict(nodes, tree=[(t + 1) % trees.n_trees for t in nodes["tree"]])
+    with pytest.raises(SpecdraftError, match="grouped by tree"):
+        TreeEnsemble(trees.baseline, pa.table(shuffled, schema=trees.nodes.schema), trees.n_features)
+    with pytest.raises(ValueError, match="feature matrix"):
+        trees.raw_predict(np.zeros((2, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="family codes"):
+        trees.raw_predict(np.array([[99, 0, 0, 0, 0]]))
