@@ -471,21 +471,20 @@ def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
         export_bundle(root / "warehouse", None, tmp_path / "mine")
 
 
-def test_exporting_an_online_run_fails_in_one_line(default_built, tmp_path):
-    """An --online run's store grew with the traces it served; its drafter is the offline run's
-    bundle loaded with online=True."""
-    from specdraft.report.results import record_run
-
-    root, results = default_built
-    other = tmp_path / "warehouse"
-    shutil.copytree(root / "warehouse", other)
-    with Warehouse(other, dataset=DATASET) as wh:
-        record_run(wh, {**results, "config": {**results["config"], "online": True}}, run_id="online-run")
-    result = CliRunner().invoke(main, ["export", "online-run", "--warehouse", str(other), "--out", str(tmp_path / "b")])
-    assert result.exit_code == 1
-    assert result.output.strip() == (
-        "specdraft: error: run online-run is an --online run: export its offline twin (the same settings "
-        "without --online) and load it with Drafter.load(DIR, online=True)")
+def test_online_replay_is_the_online_runs(tmp_path_factory, default_built):
+    """An --online run's bundle loads with its online store on: every eval session, closed in
+    trace order, joins the store later ones draft from, as online_candidates.sql served them; the
+    replay's drafts are the run's at every position, and its decode-step figure is the run's. The
+    offline bundle refuses online=True."""
+    root, results = _built(tmp_path_factory, dataclasses.replace(DEFAULT, online=True))
+    assert results["scenario"] == "online" and results["per_source"]["online"]["positions"] > 0
+    result = replay(root / "warehouse", None, root / "bundle")
+    assert result["exact_positions"] == result["positions"] == results["selected"]["positions"], result["mismatches"]
+    assert result["every_position"]["equal"] and result["decode_step"]["equal"]
+    drafter = Drafter.load(root / "bundle")
+    assert drafter.online and not Drafter.load(root / "bundle", online=False).online
+    with pytest.raises(SpecdraftError, match="online=True needs the bundle of an --online run"):
+        Drafter.load(default_built[0] / "bundle", online=True)
 
 
 def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):

@@ -75,9 +75,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     run_id = results["run_id"]
     preset = results.get("preset")
     cfg = RunConfig(**results["config"])
-    if cfg.online:
-        raise SpecdraftError(f"run {run_id} is an --online run: export its offline twin (the same settings "
-                             "without --online) and load it with Drafter.load(DIR, online=True)")
+
     tokenizer_fp = results["tokenizer"]["fingerprint"]
     tokenizer = load_tokenizer(cfg.tokenizer)
     if tokenizer.fingerprint != tokenizer_fp:

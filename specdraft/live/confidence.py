@@ -10,7 +10,9 @@ session's incremental state:
 - recent copy: per context length, each context's count of earlier places in the session and its
   latest two (RecentIndex), updated as tokens arrive;
 - ngram-all and ngram-rank2: the bundle's rank-1 and rank-2 continuations at every context length
-  that hits.
+  that hits;
+- online (Drafter.load(DIR, online=True), an --online run's bundle): the latest place, in a session
+  closed earlier, with the same context (OnlineStore).
 
 The features are integers computed exactly as the SQL does (its window functions become counters
 over the drafts at the position), so the trees (policy/trees.py) see the same rows.
@@ -18,6 +20,7 @@ over the drafts at the position), so the trees (policy/trees.py) see the same ro
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import numpy as np
@@ -30,7 +33,7 @@ from specdraft.policy.confidence import feature_columns
 M = keys.M
 RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
     families.ORDER[name] for name in ("recent-copy", "recent-copy-2", "ngram-all", "ngram-rank2"))
-COPY, NGRAM = families.ORDER["copy"], families.ORDER["ngram"]
+COPY, NGRAM, ONLINE = families.ORDER["copy"], families.ORDER["ngram"], families.ORDER["online"]
 NO_PLACE = -1
 
 
@@ -125,6 +128,44 @@ class RecentIndex:
             return count, latest, second
         # the dict holds later places than the frozen prompt
         return count + seen[0], seen[1], seen[2] if seen[2] != NO_PLACE else latest
+
+
+class OnlineStore:
+    """The online scenario's store (online_candidates.sql): the token lists of the sessions closed
+    so far, in the order they closed, and per context length, context key -> the latest place
+    among them (trace index << 32 | position), as the SQL's max(trace_id * 2^32 + pos) over earlier
+    traces. A closing session's positions are written under a lock, in order, so later places
+    overwrite earlier ones; proposing sessions only read (dict lookups are atomic)."""
+
+    def __init__(self, lengths: list[tuple[int, int]]) -> None:
+        self.lengths = lengths
+        self.places: list[dict[int, int]] = [{} for _ in lengths]
+        self.traces: list[list[int]] = []
+        self.lock = threading.Lock()
+
+    def add(self, tokens: list[int], prefix: list[int]) -> None:
+        """A finished session's tokens (prompt and response) join the store."""
+        residues = keys.residues(prefix)
+        with self.lock:
+            trace = len(self.traces)
+            self.traces.append(list(tokens))
+            for (ctx_len, _), places in zip(self.lengths, self.places):
+                if ctx_len < len(tokens):
+                    ends = np.arange(ctx_len, len(tokens))
+                    places.update(zip(keys.window_keys(residues, ends, ctx_len).tolist(),
+                                      ((ends + (trace << 32))).tolist()))
+
+    def candidates(self, prefix: list[int], n: int, draft_len: int) -> list[Candidate]:
+        end = prefix[n]
+        out = []
+        for (ctx_len, power), places in zip(self.lengths, self.places):
+            if ctx_len > n:
+                break
+            place = places.get((end - prefix[n - ctx_len] * power) % M)
+            if place is not None:
+                trace, pos = divmod(place, 1 << 32)
+                out.append(Candidate(ONLINE, ctx_len, 0, 0, self.traces[trace][pos : pos + draft_len]))
+        return out
 
 
 def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], draft_len: int) -> list[Candidate]:

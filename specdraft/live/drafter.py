@@ -43,6 +43,7 @@ from specdraft.live.bundle import MANIFEST, Bundle, ConfidenceChoice, read_bundl
 from specdraft.live.confidence import (
     NGRAM_ALL,
     Candidate,
+    OnlineStore,
     RecentIndex,
     feature_rows,
     ngram_all_candidates,
@@ -62,7 +63,7 @@ DICT_LIMIT = 1 << 20
 class Drafter:
     """A recorded run's drafter (see the module docstring)."""
 
-    def __init__(self, bundle: Bundle, tokenizer) -> None:
+    def __init__(self, bundle: Bundle, tokenizer, online: bool | None = None) -> None:
         self.bundle = bundle
         self.tokenizer = tokenizer
         cfg = bundle.config
@@ -92,13 +93,28 @@ class Drafter:
             rank2 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
             self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
                                    if n in rank1]
+        if online is None:
+            online = cfg.online
+        if online and not cfg.online:
+            raise SpecdraftError(f"{bundle.root / 'config.json'}: online=True needs the bundle of an --online run "
+                                 "(its policy was fitted with the online source); export one")
+        self.online = bool(online)
+        self.online_store = OnlineStore(self.recent_lengths) if self.online else None
+
+    def forget(self) -> None:
+        """Empty the online store (online=True): later sessions draft as if none had closed."""
+        if self.online:
+            self.online_store = OnlineStore(self.recent_lengths)
 
     @classmethod
-    def load(cls, path: str | Path) -> Drafter:
+    def load(cls, path: str | Path, online: bool | None = None) -> Drafter:
         """Open a bundle: checks its format version, checksums and tokenizer (loaded offline by the
         name it records, its fingerprint compared); one line naming the file if anything is off.
         The tokenizer loads in a second thread while the files are checksummed (hashing releases
-        the GIL)."""
+        the GIL).
+
+        online: each closed session's tokens join a store later sessions draft from, as an --online
+        run measured it; by default on for an --online run's bundle, and only for one."""
         from concurrent.futures import ThreadPoolExecutor
 
         path = Path(path)
@@ -113,7 +129,7 @@ class Drafter:
                 f"{recorded['fingerprint']}, {recorded['vocab_size']} ids); {recorded['name']} loads here as "
                 f"fingerprint {tokenizer.fingerprint} with {tokenizer.vocab_size} ids"
             )
-        return cls(bundle, tokenizer)
+        return cls(bundle, tokenizer, online)
 
     def start(self, prompt_ids: list[int]) -> Session:
         """A session for one request whose prompt is `prompt_ids` (may be empty)."""
@@ -195,7 +211,13 @@ class Session:
         return drafts
 
     def close(self) -> None:
-        """End the request; the session's state is released."""
+        """End the request; the session's state is released. With online=True its tokens join
+        the drafter's online store (once)."""
+        if self._closed:
+            return
+        store = self.drafter.online_store
+        if store is not None:
+            store.add(self.tokens, self._prefix)
         self._closed = True
         self._copy, self._frozen, self._walk, self._recent = [], None, None, None
 
@@ -226,6 +248,9 @@ class Session:
             out.append(Candidate(NGRAM, longest.ctx_len, longest.count, 0, longest.draft))
         out += recent_candidates(self._recent, self.tokens, self._prefix, self.drafter.draft_len)
         out += ngram_all
+        store = self.drafter.online_store
+        if store is not None:
+            out += store.candidates(self._prefix, len(self.tokens), self.drafter.draft_len)
         out.sort(key=Candidate.key)
         return out
 

@@ -51,6 +51,7 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     prompts = traces.column("prompt_len").to_pylist()
     tokens = traces.column("tokens").to_pylist()
     walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen)
+    drafter.forget()  # an --online run's decode walk starts from an empty store too
     decode = decode_step(drafter, prompts, tokens)
     draft_len = drafter.draft_len
     live_every, live_decode = summarize(walk["accepted"], draft_len), summarize(decode, draft_len)
