@@ -153,7 +153,7 @@ class OnlineStore:
                 if ctx_len < len(tokens):
                     ends = np.arange(ctx_len, len(tokens))
                     places.update(zip(keys.window_keys(residues, ends, ctx_len).tolist(),
-                                      ((ends + (trace << 32))).tolist()))
+                                      (ends + (trace << 32)).tolist()))
 
     def candidates(self, prefix: list[int], n: int, draft_len: int) -> list[Candidate]:
         end = prefix[n]
