@@ -40,9 +40,12 @@ def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
     matrix, _ = _data(1, 30_000, list(range(9)))
     assert trees.n_trees == 40 and (trees.nodes.column("left_codes").to_numpy() != 0).any()
     assert np.array_equal(trees.raw_predict(matrix), raw_predict(model, matrix))
-    # one row at a time, as the live drafter scores a position's few drafts
-    for row in matrix[:200]:
-        assert trees.raw_predict(row[None, :])[0] == raw_predict(model, row[None, :])[0]
+    # a few rows at a time, as the live drafter scores a position's drafts (one row is a case of
+    # its own: numpy would sum it pairwise)
+    for n in (1, 2, 3, 7, 16):
+        for start in range(0, 400, n):
+            rows = matrix[start : start + n]
+            assert np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)), (n, start)
 
 
 def test_the_node_table_survives_arrow_ipc(fitted, tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,8 +260,13 @@ def read_bundle(root: Path) -> Bundle:
         size = path.stat().st_size
         if size != expected["bytes"]:
             raise SpecdraftError(f"{path}: {size} bytes, the manifest says {expected['bytes']} (truncated or replaced)")
-        if _sha256(path) != expected["sha256"]:
-            raise SpecdraftError(f"{path}: checksum does not match the manifest (the file is corrupted)")
+    # the big tables hash in parallel (hashlib releases the GIL), largest first
+    names = sorted(manifest["files"], key=lambda name: -manifest["files"][name]["bytes"])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        digests = dict(zip(names, pool.map(lambda name: _sha256(root / name), names)))
+    for name in names:
+        if digests[name] != manifest["files"][name]["sha256"]:
+            raise SpecdraftError(f"{root / name}: checksum does not match the manifest (the file is corrupted)")
     preset = manifest["preset"]
     missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:

@@ -5,25 +5,33 @@
     draft = session.propose()              # list[int], at most drafter.draft_len tokens, [] if none
     session.extend(token_ids)              # the tokens the model produced
     drafts = session.propose_many(k)       # the k best distinct drafts, best first
-    session.close()
+    session.close()                        # online=True: the session's tokens join the store
 
-At each call the session proposes what the warehouse's candidates stage and the seed policy pick
-would at the same position (--preset seed): the same four sources with the same keys, scores and
-tie-breaks (sql/drafters/*.sql, drafters/backoff_walk.py, drafters/autocomplete.py,
-policy/evaluate.py), computed for one position from incremental state:
+At each call the session proposes what the warehouse's candidates stage and the run's policy pick
+would at the same position, computed for one position from incremental state:
+
+- --preset seed: the same four sources with the same keys, scores and tie-breaks
+  (sql/drafters/*.sql, drafters/backoff_walk.py, drafters/autocomplete.py, policy/evaluate.py);
+- --preset default: those, the recent copies and the n-gram at every length and rank
+  (live/confidence.py), each selectable draft scored by the run's trees (policy/trees.py) from
+  the same integer features candidate_features.sql computes.
+
+The state:
 
 - the prefix hashes of the tokens so far (keys.py), so any context's key is O(1);
 - for the prefix copy, per copy length, a dict from a context's key to the latest position
   with draft_len known tokens after it, updated as each token arrives (a long prompt's part is
   frozen in sorted arrays at start instead);
+- --preset default: per context length, each context's count of earlier places and its latest
+  two (confidence.RecentIndex), frozen the same way for a long prompt;
 - the current line for prompt autocomplete, decoded from the tokens since the last propose as
   one chunk, as the seed's TextCursor decodes between the positions it visits;
 - the last backoff walk: if the tokens since then are the start of its draft, the new walk is
   the rest of it (each step depends only on the tokens before it), plus the steps it lacks.
 
-extend() costs O(new tokens): each token adds one prefix hash and one key per copy length.
-A Drafter is immutable and shared; a session belongs to one request and is used by one thread at
-a time, so sessions run in parallel threads without locks.
+extend() costs O(new tokens): each token adds one prefix hash and one key per context length.
+A Drafter is shared (immutable but for the online store, which a lock guards); a session belongs
+to one request and is used by one thread at a time, so sessions run in parallel threads.
 """
 
 from __future__ import annotations

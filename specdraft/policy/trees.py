@@ -212,9 +212,17 @@ def _leaves_and_splits(tree: int, nodes: dict[str, list]) -> tuple[list[float], 
 
 
 def _score(scorer: dict, features: np.ndarray) -> np.ndarray:
-    """Each row's baseline + exit-leaf values, added in tree order (cumsum is sequential; the
-    baseline is folded into tree 0's leaves, the same first addition sklearn makes)."""
+    """Each row's baseline + exit-leaf values, added in tree order, as sklearn adds them (the
+    baseline is folded into tree 0's leaves: the same first addition). The values are laid out
+    trees x rows, and numpy reduces over an outer axis one row after another (pairwise summation
+    is only for the contiguous axis), so each row's sum is sequential; a single row is padded to
+    two, or it would be the contiguous axis."""
+    single = len(features) == 1
+    if single:
+        features = np.concatenate([features, features])
     rows = np.searchsorted(scorer["thresholds"], features[:, 1:] + scorer["feature_base"]) + scorer["row_shift"]
     masks = np.bitwise_and.reduce(scorer["masks"][rows], axis=1) & scorer["family_masks"][features[:, 0]]
     exit_leaf = np.bitwise_count((masks & -masks) - ONE)
-    return np.cumsum(scorer["leaf_values"][exit_leaf + scorer["tree_base"]], axis=1)[:, -1]
+    values = scorer["leaf_values"].take((exit_leaf + scorer["tree_base"]).T)
+    total = np.add.reduce(values, axis=0)
+    return total[:1] if single else total
