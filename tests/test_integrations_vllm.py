@@ -267,6 +267,20 @@ def test_a_step_vllm_did_not_draft_for_is_caught_up(drafter, bundle):
     assert any(r.known_at_join > len(r.prompt) for r in requests)
 
 
+def test_a_next_turn_starts_its_own_session(drafter, bundle):
+    """A request whose prompt is a finished one's history and more (a chat's next turn) starts a
+    session with its own prompt; it does not continue the finished request's."""
+    first = requests_of(bundle[1])[0]
+    recording = Recording(drafter)
+    proposer = SpecdraftProposer(vllm_config(), drafter=recording)
+    walk(proposer, drafter, [first])
+    proposer.propose([], np.zeros(1, np.int32), np.zeros((1, MAX_MODEL_LEN), np.int32))
+    history = first.prompt + first.output
+    follow_up = Request("next", history + bundle[1][1][1][:20], bundle[1][1][1][20:60])
+    walk(proposer, drafter, [follow_up])
+    assert len(recording.sessions) == 2 and follow_up.known_at_join == len(follow_up.prompt)
+
+
 def test_drafts_stop_short_of_max_model_len(drafter, bundle):
     """A request that runs to max_model_len: drafts cut to max_model_len - n - 1, then none."""
     prompt_len, tokens = max(bundle[1], key=lambda t: len(t[1]))

@@ -35,7 +35,8 @@ also all a session's drafts depend on:
   preemption) finds its session again;
 - vLLM skips drafting for a whole step when a request nears max_model_len
   (GPUModelRunner._input_fits_in_drafter): the next call's rows are ahead of their sessions, and
-  a session taken in the previous call whose tokens begin a row's catches up with the rest.
+  a session taken in the previous call whose tokens begin a row's catches up with the rest (only
+  those: a chat's next turn, whose prompt begins with a finished turn's history, starts its own).
 
 A request whose session was closed while it was away starts again with its whole history as the
 prompt, and one whose first tokens came at steps vLLM did not draft for starts with them in its
@@ -106,17 +107,12 @@ class SpecdraftProposer:
         self._calls += 1
         rows = np.asarray(token_ids_cpu)
         counts = np.asarray(num_tokens_no_spec)
-        steps = []
+        drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             n = int(counts[i])
             known = n - len(sampled)
-            steps.append([rows[i], n, known, sampled, self._take(rows[i], known)])
-        # only then the rows no session matched exactly, so none takes another row's session
-        behind = [step for step in steps if step[4] is None]
-        for step, request in zip(behind, self._take_behind([(row, known) for row, _, known, _, _ in behind])):
-            step[4] = request
-        drafts: list[list[int]] = []
-        for row, n, known, sampled, request in steps:
+            row = rows[i]
+            request = self._take(row, known) or self._take_behind(row, known)
             if request is None and sampled:
                 request = _Request(self.drafter, row[:known])
             if request is not None:
@@ -141,45 +137,21 @@ class SpecdraftProposer:
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _take(self, row: np.ndarray, known: int) -> _Request | None:
-        """The untaken request whose history is row[:known], out of the index."""
+        """The request whose history is row[:known], out of the index (so no other row takes it)."""
         group = self._by_count.get(known, ())
-        found = next((r for r in group
-                      if r.seen != self._calls and _history_matches(r.history(), row, known)), None)
-        return self._taken(found)
+        return self._taken(next((r for r in group if _history_matches(r.history(), row, known)), None))
 
-    def _take_behind(self, rows: list[tuple[np.ndarray, int]]) -> list[_Request | None]:
-        """For rows (row, known) no session matched exactly: requests taken in the previous call,
-        and not in this one, whose histories start the rows' row[:known] (vLLM did not draft at the
-        steps between), out of the index. As many rows as can get one do (a bipartite matching:
-        twins and forks share starts), each preferring the longest history."""
-        if not rows:
-            return []
-        behind = sorted((r for group in self._by_count.values() for r in group if r.seen == self._calls - 1),
-                        key=lambda r: -r.count)
-        fits = [[j for j, r in enumerate(behind)
-                 if r.count < known and _history_matches(r.history(), row, r.count)] for row, known in rows]
-        owner: dict[int, int] = {}  # behind index -> row index
-
-        def assign(i: int, tried: set[int]) -> bool:
-            for j in fits[i]:
-                if j not in tried:
-                    tried.add(j)
-                    if j not in owner or assign(owner[j], tried):
-                        owner[j] = i
-                        return True
-            return False
-
-        for i in range(len(rows)):
-            assign(i, set())
-        found: list[_Request | None] = [None] * len(rows)
-        for j, i in owner.items():
-            found[i] = self._taken(behind[j])
-        return found
+    def _take_behind(self, row: np.ndarray, known: int) -> _Request | None:
+        """The request taken in the previous call, and not yet in this one, whose history is the
+        longest start of row[:known] (vLLM did not draft at the steps between), out of the index."""
+        behind = [r for count, group in self._by_count.items() if count < known
+                  for r in group if r.seen == self._calls - 1]
+        behind.sort(key=lambda r: -r.count)
+        return self._taken(next((r for r in behind if _history_matches(r.history(), row, r.count)), None))
 
     def _taken(self, request: _Request | None) -> _Request | None:
         if request is not None:
             self._by_count[request.count].remove(request)
-            request.seen = self._calls
         return request
 
     def _draft(self, request: _Request, n: int) -> list[int]:
