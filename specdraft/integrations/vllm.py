@@ -41,8 +41,8 @@ also all a session's drafts depend on:
 A request whose session was closed while it was away starts again with its whole history as the
 prompt, and one whose first tokens came at steps vLLM did not draft for starts with them in its
 prompt; their drafts may then differ from those of a session that saw the real prompt (only prompt
-autocomplete tells the prompt from the response). Drafts never change what vLLM outputs, only how
-many tokens each step verifies. Each draft is cut to num_speculative_tokens and to
+autocomplete tells the prompt from the response). Drafts change how many tokens a step verifies,
+not what vLLM generates (greedy: the same tokens; sampling: the same distribution). Each draft is cut to num_speculative_tokens and to
 max_model_len - num_tokens - 1 tokens (as vLLM's suffix decoding proposer cuts its drafts). A
 token id outside the bundle's vocabulary (a model's padded vocabulary) retires that request's
 session: its history is still followed, its drafts are [].
