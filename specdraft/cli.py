@@ -421,21 +421,46 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
 
 @main.command()
 @click.argument("run_id", required=False)
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(),
               help="Directory for the bundle (written beside it and renamed into place; an earlier bundle "
-                   "there is replaced).")
+                   "there is replaced); with --format sglang-corpus, the corpus file (written the same way).")
+@click.option("--format", "fmt", type=click.Choice(["bundle", "sglang-corpus"]), default="bundle",
+              show_default=True,
+              help="bundle: the drafter, for specdraft.Drafter (and vLLM); sglang-corpus: the run's train "
+                   "traces as SGLang's NGRAM external corpus (JSON Lines of text).")
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
               help="Warehouse directory.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def export(run_id, out, warehouse, debug) -> None:
+def export(run_id, out, fmt, warehouse, debug) -> None:
     """Write the drafter bundle of a recorded run (default: the latest), to run it live.
 
     The bundle holds the train-side tables the run's sources read (n-gram continuations, backoff
     picks, the token store), the fitted policy, the run's config and tokenizer, and a manifest of
     every file's size and sha256: Arrow IPC and JSON, never pickle. Load it with
     `specdraft.Drafter.load(DIR)`. --preset seed runs only, for now. Prints the files.
+
+    --format sglang-corpus writes instead the run's train traces (the bundle's token store: limits
+    applied, responses cut) for SGLang's --speculative-ngram-external-corpus-path: one JSON string
+    per line, each trace's prompt and its response decoded with the run's tokenizer (SGLang encodes
+    them again with the served model's). Any preset. Prints the file, its bytes and sha256.
     """
+    if fmt == "sglang-corpus":
+        if Path(out).is_dir():
+            raise click.BadParameter(f"{out} is a directory; the corpus is one file", param_hint="'--out'")
+        from specdraft.integrations.sglang import export_sglang_corpus
+
+        corpus = export_sglang_corpus(Path(warehouse), run_id, Path(out))
+        click.echo(f"{corpus['path']}\t{corpus['bytes']}\t{corpus['sha256']}")
+        click.echo(f"wrote {out}: {corpus['traces']} train traces of run {corpus['run_id']} as "
+                   f"{corpus['documents']} documents, {corpus['tokens']} tokens ({corpus['sglang_tokens']} with "
+                   "SGLang's separators, against its --speculative-ngram-external-corpus-max-tokens)", err=True)
+        if corpus["not_round_trip"]:
+            click.echo(f"{corpus['not_round_trip']} documents do not encode back to their tokens with "
+                       f"{corpus['tokenizer']}: SGLang indexes them as it encodes them", err=True)
+        return
+    if Path(out).is_file():
+        raise click.BadParameter(f"{out} is a file; a bundle is a directory", param_hint="'--out'")
     from specdraft.live.bundle import export_bundle
 
     manifest = export_bundle(Path(warehouse), run_id, Path(out))

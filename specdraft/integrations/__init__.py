@@ -1,0 +1,1 @@
+"""The live drafter inside the engines people generate with (transformers, vLLM, SGLang)."""
