@@ -21,7 +21,7 @@ over the drafts at the position), so the trees (policy/trees.py) see the same ro
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from bisect import bisect_left
 
 import numpy as np
 
@@ -198,64 +198,80 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
 
 def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
     """ngram_all_candidates.sql: the rank-1 and rank-2 continuations at every context length that
-    hits (lengths ascending)."""
+    hits (lengths ascending). ContextTable.row is inlined: this is the hottest loop of a propose."""
     bundle = drafter.bundle
     store, draft_len = bundle.store, drafter.draft_len
+    keys1, directory1 = bundle.ngram.keys, bundle.ngram.directory
+    count1, pos1 = bundle.ngram_count, bundle.ngram_store_pos
+    keys2, directory2 = bundle.ngram_rank2.keys, bundle.ngram_rank2.directory
+    count2, pos2 = bundle.ngram_rank2_count, bundle.ngram_rank2_store_pos
     end = prefix[n]
     out: list[Candidate] = []
-    for ctx_len, power, plan1, plan2 in drafter.ngram_all_plan:
+    for ctx_len, power, (offset, shift), plan2 in drafter.ngram_all_plan:
         if ctx_len > n:
             break
         key = (end - prefix[n - ctx_len] * power) % M
-        row = bundle.ngram.row(plan1[0], plan1[1], key)
-        if row < 0:
+        bucket = offset + (key >> shift)
+        stop = directory1[bucket + 1]
+        row = bisect_left(keys1, key, directory1[bucket], stop)
+        if row == stop or keys1[row] != key:
             continue
-        at = bundle.ngram_store_pos[row]
-        out.append(Candidate(NGRAM_ALL, ctx_len, bundle.ngram_count[row], 0, store[at : at + draft_len].tolist()))
+        at = pos1[row]
+        out.append(Candidate(NGRAM_ALL, ctx_len, count1[row], 0, store[at : at + draft_len].tolist()))
         if plan2 is not None:
-            row = bundle.ngram_rank2.row(plan2[0], plan2[1], key)
-            if row >= 0:
-                at = bundle.ngram_rank2_store_pos[row]
-                out.append(Candidate(NGRAM_RANK2, ctx_len, bundle.ngram_rank2_count[row], 0,
-                                     store[at : at + draft_len].tolist()))
+            bucket = plan2[0] + (key >> plan2[1])
+            stop = directory2[bucket + 1]
+            row = bisect_left(keys2, key, directory2[bucket], stop)
+            if row < stop and keys2[row] == key:
+                at = pos2[row]
+                out.append(Candidate(NGRAM_RANK2, ctx_len, count2[row], 0, store[at : at + draft_len].tolist()))
     return out
 
 
 def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
     """The selectable candidates' indexes and their feature matrix (candidate_features.sql, in
     feature_columns() order) over the whole set at the position, which is sorted by
-    Candidate.key()."""
+    Candidate.key(). The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
+    each level summed from the distinct keys of the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
-    agree = [Counter([head[:k] for head in heads]) for k in (1, 2, 4)]
-    agree.append(Counter(heads))
+    agree8: dict[tuple, int] = {}
+    for head in heads:
+        agree8[head] = agree8.get(head, 0) + 1
+    agree4: dict[tuple, int] = {}
+    for head, n in agree8.items():
+        agree4[head[:4]] = agree4.get(head[:4], 0) + n
+    agree2: dict[tuple, int] = {}
+    for head, n in agree4.items():
+        agree2[head[:2]] = agree2.get(head[:2], 0) + n
+    agree1: dict[tuple, int] = {}
+    for head, n in agree2.items():
+        agree1[head[:1]] = agree1.get(head[:1], 0) + n
     recent = ngram = None
     longest_copy = 0
-    for c in candidates:  # in (family order, context length) order: the last of a family is its longest
+    for i, c in enumerate(candidates):  # in (family order, context length) order: a family's last is its longest
         if c.order == RECENT:
-            recent = c
+            recent = i
         elif c.order == NGRAM_ALL:
-            ngram = c
+            ngram = i
         elif c.order == COPY:
             longest_copy = c.ctx_len
-    longest_recent = recent.ctx_len if recent else 0
-    longest_ngram = ngram.ctx_len if ngram else 0
-    recent1 = recent.draft[:1] if recent else None
-    recent4 = recent.draft[:4] if recent else None
-    ngram1 = ngram.draft[:1] if ngram else None
-    ngram4 = ngram.draft[:4] if ngram else None
-    here = len(candidates)
+    # arg_max(...) over the position: the longest recent copy's and n-gram's first 1 and 4 tokens
+    recent1, recent4 = (heads[recent][:1], heads[recent][:4]) if recent is not None else (None, None)
+    ngram1, ngram4 = (heads[ngram][:1], heads[ngram][:4]) if ngram is not None else (None, None)
+    shared = (len(candidates), candidates[recent].ctx_len if recent is not None else 0,
+              candidates[ngram].ctx_len if ngram is not None else 0, longest_copy, completion_pos)
     picked, rows = [], []
     for i, c in enumerate(candidates):
         if c.order not in choices:
             continue
-        draft, head = c.draft, heads[i]
-        head1, head4 = draft[:1], draft[:4]
+        head = heads[i]
+        head1, head4 = head[:1], head[:4]
         picked.append(i)
         rows.append((
             c.order, c.ctx_len, c.count, c.distance,
-            agree[0][head[:1]] - 1, agree[1][head[:2]] - 1, agree[2][head[:4]] - 1, agree[3][head] - 1,
-            here, longest_recent, longest_ngram, longest_copy, completion_pos, len(set(draft)),
-            int(bool(head1) and head1 == recent1), int(bool(head4) and head4 == recent4),
-            int(bool(head1) and head1 == ngram1), int(bool(head4) and head4 == ngram4),
+            agree1[head1] - 1, agree2[head[:2]] - 1, agree4[head4] - 1, agree8[head] - 1,
+            *shared, len(set(c.draft)),
+            bool(head) and head1 == recent1, bool(head) and head4 == recent4,
+            bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
         ))
     return picked, np.array(rows, dtype=np.int64).reshape(len(rows), len(feature_columns()))

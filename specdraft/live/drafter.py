@@ -37,6 +37,7 @@ to one request and is used by one thread at a time, so sessions run in parallel 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from pathlib import Path
 from typing import Self
 
@@ -345,7 +346,8 @@ class Session:
                 draft, steps, stopped = last_draft[ahead:], last_steps[ahead:], last_stopped
         if not stopped and len(draft) < draft_len and drafter.backoff_plan:
             bundle = drafter.bundle
-            table, picks, counts, totals = bundle.backoff, bundle.backoff_token, bundle.backoff_count, bundle.backoff_total
+            picks, counts, totals = bundle.backoff_token, bundle.backoff_count, bundle.backoff_total
+            table_keys, directory = bundle.backoff.keys, bundle.backoff.directory  # ContextTable.row, inlined
             # prefix hashes of the last backoff_width known tokens, then of the draft so far
             hashes = self._prefix[max(0, n - drafter.backoff_width) :]
             for token in draft:
@@ -357,8 +359,11 @@ class Session:
                 last = hashes[end]
                 for ctx_len, power, offset, shift in drafter.backoff_plan:
                     if ctx_len <= known:
-                        row = table.row(offset, shift, (last - hashes[end - ctx_len] * power) % M)
-                        if row >= 0:
+                        key = (last - hashes[end - ctx_len] * power) % M
+                        bucket = offset + (key >> shift)
+                        stop = directory[bucket + 1]
+                        row = bisect_left(table_keys, key, directory[bucket], stop)
+                        if row < stop and table_keys[row] == key:
                             break
                 else:
                     stopped = True
