@@ -2,54 +2,71 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Self
 
 from specdraft.progress import say
+
+SAMPLE_SECONDS = 0.01
 
 
 @dataclass
 class StageTimer:
     """Each stage's wall seconds and peak resident memory in bytes (stages do not nest).
 
-    On Linux the kernel's high-water mark (VmHWM) is reset at each stage's start, so a stage's
-    peak is its own rather than the run's so far; elsewhere it is the process's peak so far. The
-    reset also lowers the peak a parent process reads from getrusage, so `process_peak_rss_bytes`
-    keeps the maximum of every reading.
+    A stage's peak is the highest resident memory a sampling thread reads (VmRSS every 10 ms,
+    and at the stage's start and end); the process's own high-water mark (VmHWM) is never reset,
+    so `/usr/bin/time`, getrusage and a parent process see the true peak. A spike shorter than the
+    sampling interval can escape a stage's figure, never the total's: the total is VmHWM.
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: dict[str, int] = field(default_factory=dict)
-    process_peak_rss_bytes: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     @contextmanager
     def stage(self, name: str):
-        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, peak_rss_bytes())
-        reset_peak_rss()
         started = time.perf_counter()
         say(f"{name} ...")
-        yield
+        with RssSampler() as sampler:
+            yield
         self.seconds[name] = round(time.perf_counter() - started, 3)
-        self.peak_rss_bytes[name] = peak_rss_bytes()
-        self.process_peak_rss_bytes = max(self.process_peak_rss_bytes, self.peak_rss_bytes[name])
+        self.peak_rss_bytes[name] = sampler.peak
 
     def finish(self) -> None:
         """The run's total so far: wall seconds since the timer started, and the process's peak."""
         self.seconds["total"] = round(time.perf_counter() - self.started, 3)
-        self.peak_rss_bytes["total"] = max(self.process_peak_rss_bytes, peak_rss_bytes(),
-                                           *self.peak_rss_bytes.values())
+        self.peak_rss_bytes["total"] = max(peak_rss_bytes(), *self.peak_rss_bytes.values())
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's peak RSS to its current RSS (Linux); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+class RssSampler:
+    """The highest resident memory of this process while the block runs, read by a thread every
+    SAMPLE_SECONDS (reading /proc/self/status takes microseconds)."""
+
+    def __init__(self, interval: float = SAMPLE_SECONDS) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, current_rss_bytes())
+            if self._done.wait(self.interval):
+                return
+
+    def __enter__(self) -> Self:
+        self.peak = current_rss_bytes()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, current_rss_bytes())
 
 
 def _proc_status_bytes(field: str) -> int | None:
@@ -71,7 +88,7 @@ def current_rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory since the last reset: VmHWM on Linux, else ru_maxrss."""
+    """This process's peak resident memory: VmHWM on Linux, else ru_maxrss."""
     peak = _proc_status_bytes("VmHWM")
     if peak is not None:
         return peak
