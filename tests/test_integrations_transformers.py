@@ -200,6 +200,19 @@ def test_sampling_with_top_k_1_is_greedy(model, drafter, prompts, runs):
     assert result.forward_passes < 60
 
 
+def test_an_eos_token_ends_both_at_the_same_place(model, drafter, prompts, runs):
+    """With one of the repeating output's tokens as eos, both stop at its first occurrence, even
+    where a draft ran past it."""
+    ids = torch.tensor([prompts["repeating"]])
+    new = runs["repeating"][0][0, ids.shape[1] :].tolist()
+    eos = new[len(new) // 2]
+    plain = model.generate(ids, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=eos, pad_token_id=eos)
+    result = hf.generate(model, ids, drafter, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=eos,
+                         pad_token_id=eos)
+    assert torch.equal(result.sequences, plain)
+    assert result.new_tokens == new.index(eos) + 1 < NEW_TOKENS
+
+
 def test_a_token_outside_the_bundles_vocabulary_stops_drafting(drafter):
     """A model with more embedding rows than the bundle has ids (Qwen's padded vocabulary): a prompt
     holding one of them cannot be drafted; generation goes on, one token per pass, losslessly."""
@@ -291,7 +304,8 @@ def test_generate_command_prints_the_text_and_the_passes(saved_models, bundle, m
     stats = result.stderr
     assert f"prompt: {ids.shape[1]} tokens ({tokenizer}" in stats
     assert "with the drafter:    40 new tokens in " in stats and "accepted tokens per pass" in stats
-    assert "without the drafter: 40 new tokens in 40 forward passes" in stats and "outputs identical" in stats
+    assert "without the drafter: 40 new tokens in 40 forward passes" in stats and "speedup" in stats
+    assert "outputs identical" in stats and "Loading weights" not in stats  # no progress bar off a terminal
     assert "warning" not in stats
 
 

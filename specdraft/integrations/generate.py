@@ -11,6 +11,7 @@ vocabulary (still lossless, rarely accepted) and a warning says so.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,7 @@ def format_stats(out: dict) -> list[str]:
     if "plain_s" in out:
         ratio = out["plain_s"] / out["drafter_s"] if out["drafter_s"] else float("nan")
         lines.append(f"without the drafter: {out['new_tokens']} new tokens in {out['plain_forward_passes']} "
-                     f"forward passes, {out['plain_s']:.2f} s ({ratio:.2f}x the drafter's wall time); "
+                     f"forward passes, {out['plain_s']:.2f} s; speedup {ratio:.2f}x, "
                      f"outputs {'identical' if out['identical'] else 'DIFFERENT'}")
     return lines + [f"warning: {w}" for w in out["warnings"]]
 
@@ -126,6 +127,10 @@ def load_model(name: str, device: str | None, dtype: str):
 
     if dtype not in DTYPES:
         raise SpecdraftError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if not sys.stderr.isatty():  # progress bars only on a terminal, as specdraft's own
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     local = os.path.exists(name)
     offline = not local and not _hub_reachable()

@@ -14,7 +14,7 @@ token it picks itself (transformers' `_assisted_decoding`), so greedy output equ
 transformers' for candidates without logits (as its prompt lookup): the model samples a token at
 every draft position and the draft is kept up to the first disagreement.
 
-How it plugs in. transformers (checked against 5.24) has no public argument that takes a
+How it plugs in. transformers (5.17 and 5.24, as tested) has no public argument that takes a
 CandidateGenerator: `generate()` builds one itself in `GenerationMixin._get_candidate_generator`,
 from `assistant_model`, `prompt_lookup_num_tokens` and a few model-specific flags, and
 `custom_generate=` hands over the whole decoding loop rather than the candidates. So `generate`
