@@ -501,6 +501,38 @@ def replay(run_id, bundle, warehouse, fmt, debug) -> None:
             f"{result['positions'] - result['exact_positions']} positions", always=True)
 
 
+@main.command()
+@click.argument("prompt")
+@click.option("--model", "model_name", required=True,
+              help="The model: a local directory (save_pretrained) or a hub id (from the local cache when the "
+                   "hub cannot be reached). Its tokenizer, or the bundle's if the directory has none.")
+@click.option("--bundle", required=True, type=click.Path(file_okay=False),
+              help="The drafter bundle (`specdraft export`), made with the model's tokenizer.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Tokens to generate (fewer if the model ends its answer).")
+@click.option("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available).")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
+              show_default=True, help="Weights' dtype (auto: the checkpoint's).")
+@click.option("--chat", is_flag=True, help="Put the prompt in the tokenizer's chat template, as a user turn.")
+@click.option("--no-baseline", is_flag=True, help="Skip the run without the drafter (and the comparison).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def generate(prompt, model_name, bundle, max_new_tokens, device, dtype, chat, no_baseline, debug) -> None:
+    """Generate PROMPT's continuation with a transformers model, drafted by a bundle (greedy).
+
+    Prints the text on stdout; on stderr, the forward passes and the draft tokens accepted per
+    pass, and the wall time with and without the drafter (the outputs are the same tokens: the
+    model checks every draft). Needs `pip install 'specdraft[transformers]'` (torch).
+    """
+    from specdraft.integrations.generate import format_stats, run_generate
+
+    out = run_generate(model_name, Path(bundle), prompt, max_new_tokens=max_new_tokens, device=device,
+                       dtype=dtype, chat=chat, baseline=not no_baseline)
+    click.echo(out["text"])
+    for line in format_stats(out):
+        click.echo(f"specdraft: {line}", err=True)
+
+
 def _scales(ctx, param, value: str) -> tuple[int, ...]:
     from specdraft.measure.bench import parse_scales
 
