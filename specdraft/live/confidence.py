@@ -64,18 +64,23 @@ class RecentIndex:
     def __init__(self, lengths: list[tuple[int, int]]) -> None:
         self.lengths = lengths  # (ctx_len, B^ctx_len mod M), ascending
         self.places: list[dict[int, tuple[int, int, int]]] = [{} for _ in lengths]
+        self._by_length = [(ctx_len, power, places) for (ctx_len, power), places in zip(lengths, self.places)]
         self.frozen: ContextTable | None = None
         self.frozen_rows: tuple[memoryview, memoryview, memoryview] | None = None
 
-    def add(self, prefix: list[int], pos: int) -> None:
-        """Index position `pos` (its context is tokens[pos - ctx_len:pos]); O(lengths)."""
+    def add(self, prefix: list[int], pos: int) -> list[int]:
+        """Index position `pos` (its context is tokens[pos - ctx_len:pos]); O(lengths). Returns
+        the keys, one per length up to pos."""
         end = prefix[pos]
-        for (ctx_len, power), places in zip(self.lengths, self.places):
+        found = []
+        for ctx_len, power, places in self._by_length:
             if ctx_len > pos:
                 break
             key = (end - prefix[pos - ctx_len] * power) % M
+            found.append(key)
             seen = places.get(key)
             places[key] = (1, pos, NO_PLACE) if seen is None else (seen[0] + 1, pos, seen[1])
+        return found
 
     def add_many(self, prefix: list[int], start: int, stop: int) -> None:
         """Index positions start .. stop - 1 in order (a prompt's), with numpy keys."""

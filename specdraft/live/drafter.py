@@ -98,6 +98,9 @@ class Drafter:
             # the lengths the warehouse keys (query_context_keys.sql): n-gram and copy lengths
             self.recent_lengths = [(n, keys.power(n)) for n in sorted(set(cfg.context_lengths)
                                                                       | set(cfg.copy_context_lengths))]
+            # where each copy length (longest first) sits among the recent lengths
+            slot = {n: i for i, (n, _) in enumerate(self.recent_lengths)}
+            self.copy_slots = [slot[n] for n, _ in self.copy_lengths]
             rank1 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram.plan(self.ngram_lengths)}
             rank2 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
             self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
@@ -171,6 +174,8 @@ class Session:
                                                 self.prompt_len, drafter.draft_len)
         self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
         self._recent = self._recent_index() if drafter.choices is not None else None
+        # --preset default: position -> its context keys per recent length, until the copy index takes them
+        self._pending_keys: dict[int, list[int]] | None = {} if self._recent is not None else None
         self._closed = False
 
     # -- the calls ------------------------------------------------------------------------------
@@ -180,14 +185,23 @@ class Session:
         ids = self.drafter.checked(token_ids, "token_ids")
         tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
         draft_len = self.drafter.draft_len
+        pending = self._pending_keys
         for token in ids:
             if recent is not None:
-                recent.add(prefix, len(tokens))  # the current position becomes an earlier place
+                # the current position becomes an earlier place; its keys are kept until it joins
+                # the copy index, draft_len tokens later (the copy lengths are among the recent ones)
+                pending[len(tokens)] = recent.add(prefix, len(tokens))
             tokens.append(token)
             prefix.append((prefix[-1] * B + token + 1) % M)
             # the position that now has draft_len known tokens after it joins the copy index
             at = len(tokens) - draft_len
             if at > 0:
+                known = pending.pop(at, None) if pending is not None else None
+                if known is not None:
+                    for (ctx_len, _, latest), slot in zip(copy, self.drafter.copy_slots):
+                        if ctx_len <= at:
+                            latest[known[slot]] = at
+                    continue
                 end = prefix[at]
                 for ctx_len, power, latest in copy:
                     if ctx_len <= at:
@@ -228,7 +242,7 @@ class Session:
         if store is not None:
             store.add(self.tokens, self._prefix)
         self._closed = True
-        self._copy, self._frozen, self._walk, self._recent = [], None, None, None
+        self._copy, self._frozen, self._walk, self._recent, self._pending_keys = [], None, None, None, None
 
     def __enter__(self) -> Self:
         return self
