@@ -16,6 +16,12 @@ session's incremental state:
 
 The features are integers computed exactly as the SQL does (its window functions become counters
 over the drafts at the position), so the trees (policy/trees.py) see the same rows.
+
+Lengths are probed shortest first, and the first that misses ends the probing: a longer context
+that occurred (in the session, in train at an indexed position, in a closed session) ends in the
+shorter one at the same place, which therefore occurred too. The SQL joins every length; the two
+differ only where a hash collision makes a longer key match a context that never occurred, as
+likely as two 62-bit keys colliding among the ones probed (about 1e-5 over a whole replay).
 """
 
 from __future__ import annotations
@@ -167,9 +173,10 @@ class OnlineStore:
             if ctx_len > n:
                 break
             place = places.get((end - prefix[n - ctx_len] * power) % M)
-            if place is not None:
-                trace, pos = divmod(place, 1 << 32)
-                out.append(Candidate(ONLINE, ctx_len, 0, 0, self.traces[trace][pos : pos + draft_len]))
+            if place is None:
+                break  # no longer context occurred either (see the module docstring)
+            trace, pos = divmod(place, 1 << 32)
+            out.append(Candidate(ONLINE, ctx_len, 0, 0, self.traces[trace][pos : pos + draft_len]))
         return out
 
 
@@ -186,7 +193,7 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
             break
         seen = index.find(i, (end - prefix[n - ctx_len] * power) % M)
         if seen is None:
-            continue
+            break  # no longer context occurred either (see the module docstring)
         count, latest, second = seen
         for order, place in ((RECENT, latest), (RECENT_2, second)):
             if place == NO_PLACE:
@@ -220,7 +227,7 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
         stop = directory1[bucket + 1]
         row = bisect_left(keys1, key, directory1[bucket], stop)
         if row == stop or keys1[row] != key:
-            continue
+            break  # no longer context can hit (see the module docstring)
         at = pos1[row]
         out.append(Candidate(NGRAM_ALL, ctx_len, count1[row], 0, store[at : at + draft_len].tolist()))
         if plan2 is not None:

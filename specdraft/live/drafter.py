@@ -88,6 +88,7 @@ class Drafter:
         self.backoff_width = max((n for n, _ in self.backoff_lengths), default=0)
         self.ngram_plan = bundle.ngram.plan(self.ngram_lengths)
         self.backoff_plan = bundle.backoff.plan(self.backoff_lengths)
+        self.backoff_place = {ctx_len: i for i, (ctx_len, *_) in enumerate(self.backoff_plan)}  # longest first
         self.choices: frozenset[int] | None = None  # --preset default: the families it may choose
         if isinstance(self.policy, ConfidenceChoice):
             features = list(self.policy.features)
@@ -367,17 +368,26 @@ class Session:
             for token in draft:
                 hashes.append((hashes[-1] * B + token + 1) % M)
             draft, steps = list(draft), list(steps)
+            plan = drafter.backoff_plan
+            # A step can only hit up to one length above the previous step's hit: a context of
+            # length l found in train at position q means its first l - 1 tokens, the previous
+            # step's context, were found at q - 1 (indexed too: positions are indexed in order), so
+            # the previous step hit at the longest length below l at least. Longer probes would
+            # miss; skipping them changes no walk (but one a hash collision would make hit).
+            first = max(drafter.backoff_place[steps[-1][0]] - 1, 0) if steps else 0
             while len(draft) < draft_len:
                 known = n + len(draft)
                 end = len(hashes) - 1
                 last = hashes[end]
-                for ctx_len, power, offset, shift in drafter.backoff_plan:
+                for i in range(first, len(plan)):
+                    ctx_len, power, offset, shift = plan[i]
                     if ctx_len <= known:
                         key = (last - hashes[end - ctx_len] * power) % M
                         bucket = offset + (key >> shift)
                         stop = directory[bucket + 1]
                         row = bisect_left(table_keys, key, directory[bucket], stop)
                         if row < stop and table_keys[row] == key:
+                            first = max(i - 1, 0)
                             break
                 else:
                     stopped = True
