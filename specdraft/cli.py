@@ -436,9 +436,10 @@ def export(run_id, out, fmt, warehouse, debug) -> None:
     """Write the drafter bundle of a recorded run (default: the latest), to run it live.
 
     The bundle holds the train-side tables the run's sources read (n-gram continuations, backoff
-    picks, the token store), the fitted policy, the run's config and tokenizer, and a manifest of
-    every file's size and sha256: Arrow IPC and JSON, never pickle. Load it with
-    `specdraft.Drafter.load(DIR)`. --preset seed runs only, for now. Prints the files.
+    picks, the token store), the fitted policy (--preset default: the confidence model's trees as a
+    node table), the run's config and tokenizer, and a manifest of every file's size and sha256:
+    Arrow IPC and JSON, never pickle. Load it with `specdraft.Drafter.load(DIR)` (an --online
+    run's bundle loads with its online store on). Prints the files.
 
     --format sglang-corpus writes instead the run's train traces (the bundle's token store: limits
     applied, responses cut) for SGLang's --speculative-ngram-external-corpus-path: one JSON string
