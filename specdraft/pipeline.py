@@ -265,6 +265,24 @@ def _run_stage(stage: Stage, run: RunState):
         return stage.output(run)
 
 
+def import_in_background(modules: tuple[str, ...]) -> None:
+    """Start importing `modules` in a daemon thread, so that a stage that needs them later finds
+    them loaded; the earlier stages spend their time in DuckDB, which releases the GIL. An import
+    that fails here fails again, with its error, where the stage imports it."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported by the stage's own import
+                return
+
+    if modules:
+        threading.Thread(target=load, name="slow-imports", daemon=True).start()
+
+
 def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | None = None,
               run_id: str | None = None, leave_one_out: bool = False):
     """Run the stages up to and including `last`, reusing tables already built for the same
@@ -282,6 +300,10 @@ def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | 
     with Warehouse(Path(inputs.warehouse), memory_limit=inputs.memory_limit, debug=inputs.debug,
                    dataset=inputs.dataset_name) as wh:
         run = RunState(cfg, inputs, wh, timer or StageTimer(), run_id, leave_one_out)
+        if STAGE_NAMES.index(last) >= STAGE_NAMES.index("calibrate"):
+            from specdraft.policy import policy_for
+
+            import_in_background(policy_for(cfg.preset).slow_imports)
         for stage in STAGES[: STAGE_NAMES.index(last) + 1]:
             output = _run_stage(stage, run)
         return output

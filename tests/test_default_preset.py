@@ -129,3 +129,23 @@ def test_online_scenario_reads_only_earlier_traces(tmp_path):
 def test_online_needs_the_default_preset():
     with pytest.raises(SpecdraftError, match="--preset default"):
         RunConfig(preset="seed", online=True)
+
+
+def test_slow_imports_load_in_a_background_thread():
+    """The pipeline starts importing the policy's slow modules (sklearn for the default preset)
+    while the earlier stages run; a module that cannot be imported is left to the stage's own
+    import to report."""
+    import sys
+    import threading
+
+    from specdraft.pipeline import import_in_background
+    from specdraft.policy.confidence import ConfidencePolicy
+
+    assert ConfidencePolicy.slow_imports == ("sklearn.ensemble",)
+    name = "xml.dom.minidom"  # in the standard library, and imported by nothing in specdraft
+    sys.modules.pop(name, None)
+    import_in_background(("no_such_module_anywhere", name))
+    import_in_background((name,))
+    for thread in [t for t in threading.enumerate() if t.name == "slow-imports"]:
+        thread.join(30)
+    assert name in sys.modules

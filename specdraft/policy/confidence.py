@@ -95,6 +95,7 @@ class ConfidencePolicy:
 
     families: ClassVar[tuple[str, ...]] = families.NAMES
     reads_features: ClassVar[bool] = True
+    slow_imports: ClassVar[tuple[str, ...]] = ("sklearn.ensemble",)
 
     model: object  # the fitted HistGradientBoostingRegressor, or None when there was nothing to learn
     calibration_drafts: int

@@ -29,6 +29,7 @@ class SourceAveragePolicy:
 
     families: ClassVar[tuple[str, ...]] = families.SEED
     reads_features: ClassVar[bool] = False
+    slow_imports: ClassVar[tuple[str, ...]] = ()
 
     global_avg: float
     source_avg: dict[str, float]
