@@ -240,10 +240,6 @@ class Bundle:
     ngram_rank2_store_pos: memoryview | None = None
 
     @property
-    def preset(self) -> str:
-        return self.manifest["preset"]
-
-    @property
     def size_bytes(self) -> int:
         return sum(f["bytes"] for f in self.manifest["files"].values()) + (self.root / MANIFEST).stat().st_size
 
