@@ -62,6 +62,12 @@ class RunConfig:
     backoff_max_index_positions: int = setting(
         4_000_000, "Train positions indexed in the backoff table, in train order (0 = all).")
     max_continuations_per_context: int = setting(8, "Continuations kept per context in the n-gram table.")
+    keep_counts: bool = setting(
+        False,
+        "Also keep the full count tables (exact_continuation_counts, backoff_next_tokens), so that "
+        "after `ingest --append` the tables are updated from the appended traces alone instead of "
+        "rebuilt; the build is slower and the warehouse larger.",
+    )
     policy_prior_strength: float = setting(
         200.0, "Pseudo-counts shrinking each source's calibration average to the global one.")
     train_limit: int = setting(0, "Use the first N train rows (0 = all).")

@@ -102,12 +102,14 @@ def _ingest(run: RunState) -> Path:
 def _build_ngram_tables(run: RunState, built: str | None, key: str) -> str:
     """Stage 4 in full, or from the appended traces alone when only they are new."""
     from specdraft.tables.incremental import update_ngram_tables, update_start, updated_key
-    from specdraft.tables.ngrams import build_ngram_tables
+    from specdraft.tables.ngrams import COUNT_TABLES, build_ngram_tables
 
     start = update_start(run.wh, built, key, run.meta)
     if start is not None:
         update_ngram_tables(run.wh, run.cfg, run.path, start)
         return updated_key(key, start)
+    if not run.cfg.keep_counts:  # an earlier --keep-counts build's counts would be left stale
+        run.wh.drop(*COUNT_TABLES)
     if run.inputs.engine == "spark":  # Spark writes Parquet, loaded here in the transaction
         from specdraft.tables.spark import build_on_spark, load_into_warehouse
 
@@ -173,7 +175,7 @@ STAGES = (
     Stage("ngram_tables", "tables", output=_index_counters, build=_build_ngram_tables, settings=(
         "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
         "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
-        "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit",
+        "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit", "keep_counts",
     )),
     Stage("candidates", "drafters", output=_candidate_counts, build=_build_candidates, settings=(
         "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",

@@ -75,6 +75,8 @@ def tables(root, name: str = "ds", map_ids: bool = True) -> dict[str, list[tuple
                .fetchall()}
         out = {}
         for table in STAGE_4:
+            if not wh.has_table(table):  # the full counts, kept only with --keep-counts
+                continue
             result = wh.run_text(f"select * from {table}")
             columns = [c[0] for c in result.description]
             rows = [list(row) for row in result.fetchall()]
@@ -98,14 +100,14 @@ def assert_same_results(incremental: dict, full: dict) -> None:
 
 CASES = {
     # no caps or limits; appended to every split, in two appends (the first train rows only)
-    "everything": (RunConfig(preset="seed", max_index_positions=0, backoff_max_index_positions=0, **SMALL),
+    "everything": (RunConfig(preset="seed", keep_counts=True, max_index_positions=0, backoff_max_index_positions=0, **SMALL),
                    ({"train": 24, "calibration": 5, "eval": 5}, {"train": 33})),
     # both index caps fall inside the appended train traces; the limits cut appended rows
-    "caps and limits bind": (RunConfig(preset="seed", max_index_positions=5000, backoff_max_index_positions=6000,
+    "caps and limits bind": (RunConfig(preset="seed", keep_counts=True, max_index_positions=5000, backoff_max_index_positions=6000,
                                        train_limit=36, calibration_limit=8, eval_limit=7, **SMALL),
                              ({"train": 24, "calibration": 5, "eval": 5},)),
     # the base already fills the caps and the train limit: only calibration and eval keys are added
-    "caps already full": (RunConfig(preset="seed", max_index_positions=3000, backoff_max_index_positions=3500,
+    "caps already full": (RunConfig(preset="seed", keep_counts=True, max_index_positions=3000, backoff_max_index_positions=3500,
                                     train_limit=24, **SMALL),
                           ({"train": 24, "calibration": 5, "eval": 5},)),
 }
@@ -154,12 +156,25 @@ def test_append_updates_the_tables_as_a_full_rebuild_would(tmp_path, case):
         assert grew
 
 
+def test_without_kept_counts_an_append_rebuilds_the_tables_in_full(tmp_path):
+    cfg = RunConfig(preset="seed", **SMALL)
+    base, extra, whole = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    root = tmp_path / "incremental"
+    run_all(cfg, root, str(base), "unused", name="ds")
+    assert cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root).exit_code == 0
+    appended = run_all(cfg, root, None, "unused", name="ds")
+    assert "|updated_from=" not in latest_build_key(root)  # no counts to merge into: rebuilt
+    full = run_all(cfg, tmp_path / "full", str(whole), "unused", name="ds")
+    assert tables(root) == tables(tmp_path / "full")
+    assert_same_results(appended, full)
+
+
 def _run_then_append(tmp_path):
     """A seed run of 30/6/6 fixture rows as dataset `ds`, then an append of the rest, by the CLI."""
-    cfg = RunConfig(preset="seed", **SMALL)
+    cfg = RunConfig(preset="seed", keep_counts=True, **SMALL)
     base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
     root = tmp_path / "wh"
-    flags = ["--preset", "seed", "--max-completion-tokens", "160", "--warehouse", root]
+    flags = ["--preset", "seed", "--keep-counts", "--max-completion-tokens", "160", "--warehouse", root]
     assert cli("run", "--data", base, "--name", "ds", "--out", tmp_path / "a", *flags).exit_code == 0
     assert cli("ingest", "--append", "--data", extra, "--name", "ds", *flags).exit_code == 0
     return cfg, base, extra, root, flags

@@ -271,7 +271,7 @@ def test_the_choice_is_the_batch_evaluations(data):
     # the batch walk, its steps where _resolve_near_ties asks for them
     n, width = len(steps), 16
     matrix = lambda values: np.array([list(values) + [0] * (width - n)], dtype=np.int64)
-    walk = _as_table(pa.table({"trace_id": [0], "pos": [0]}), matrix([1] * n), matrix(s[0] for s in steps),
+    walk = _as_table(np.array([0]), np.array([0]), matrix([1] * n), matrix(s[0] for s in steps),
                      matrix(s[1] for s in steps), np.array([[*(s[2] for s in steps)] + [1] * (width - n)]),
                      np.array([n]))
     raws["backoff"] = walk.column("score")[0].as_py()

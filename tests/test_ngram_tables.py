@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -56,28 +57,43 @@ def check_exact(wh, traces, cfg):
     got = {key: [(c, n) for _, c, n in sorted(v)] for key, v in got.items()}
     assert got == expected_by_key
     assert index_counters(wh, cfg)["exact_positions_added"] == added
+    if not cfg.keep_counts:
+        assert not wh.has_table("exact_continuation_counts")
+        return
+    every, _ = oracle.exact_table(train, cfg.context_lengths, cfg.draft_len, cfg.max_index_positions, 10**9)
+    counts: dict[tuple[int, int], dict[tuple, int]] = {}
+    for ctx_len, ctx_hash, count, src_trace, src_pos in wh.run_text(
+            "select ctx_len, ctx_hash, count, src_trace_id, src_pos from exact_continuation_counts").fetchall():
+        counts.setdefault((ctx_len, ctx_hash), {})[tuple(tokens[src_trace][src_pos: src_pos + cfg.draft_len])] = count
+    assert counts == {(length, window_key(ctx)): dict(ranked) for (length, ctx), ranked in every.items()}
 
 
 def check_backoff(wh, traces, cfg):
     kept = oracle.selected(traces, cfg.max_completion_tokens)
     train = [full for split, full, _ in kept if split == "train"]
     expected, added = oracle.backoff_table(train, cfg.backoff_context_lengths, cfg.backoff_max_index_positions)
-    rows = wh.run_text("select ctx_len, ctx_hash, token_id, count from backoff_next_tokens").fetchall()
-    got: dict[tuple[int, int], dict[int, int]] = {}
-    for ctx_len, ctx_hash, token, count in rows:
-        got.setdefault((ctx_len, ctx_hash), {})[token] = count
-    assert got == {(length, window_key(ctx)): dict(c) for (length, ctx), c in expected.items()}
+    if cfg.keep_counts:
+        rows = wh.run_text("select ctx_len, ctx_hash, token_id, count from backoff_next_tokens").fetchall()
+        got: dict[tuple[int, int], dict[int, int]] = {}
+        for ctx_len, ctx_hash, token, count in rows:
+            got.setdefault((ctx_len, ctx_hash), {})[token] = count
+        assert got == {(length, window_key(ctx)): dict(c) for (length, ctx), c in expected.items()}
+    else:
+        assert not wh.has_table("backoff_next_tokens")
     top = {(l, h): (t, n, total) for l, h, t, n, total in wh.run_text(
         "select ctx_len, ctx_hash, token_id, count, total from backoff_top_tokens").fetchall()}
+    assert len(top) == len(expected)
     for (length, ctx), counter in expected.items():
         token, count = counter.most_common(1)[0]
         assert top[(length, window_key(ctx))] == (token, count, counter.total())
     assert index_counters(wh, cfg)["backoff_positions_added"] == added
 
 
-def test_hand_made_tables(tmp_path):
+@pytest.mark.parametrize("keep_counts", [False, True])
+def test_hand_made_tables(tmp_path, keep_counts):
     cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
-                    backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7)
+                    backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7,
+                    keep_counts=keep_counts)
     wh = build(tmp_path, HAND_MADE, cfg)
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
@@ -89,9 +105,10 @@ def test_hand_made_tables(tmp_path):
     assert counts == [(3,), (1,)]
 
 
-def test_caps_cut_in_train_order(tmp_path):
+@pytest.mark.parametrize("keep_counts", [False, True])
+def test_caps_cut_in_train_order(tmp_path, keep_counts):
     cfg = RunConfig(draft_len=2, context_lengths=(1, 2), backoff_context_lengths=(1, 2), backoff_min_context_len=1,
-                    max_index_positions=7, backoff_max_index_positions=9)
+                    max_index_positions=7, backoff_max_index_positions=9, keep_counts=keep_counts)
     wh = build(tmp_path, HAND_MADE, cfg)
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
@@ -107,11 +124,11 @@ trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), tok
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=trace_sets, draft_len=st.integers(1, 4), cap=st.integers(0, 40), top_k=st.integers(1, 3),
-       cut=st.integers(0, 12))
-def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut):
+       cut=st.integers(0, 12), keep_counts=st.booleans())
+def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut, keep_counts):
     cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2, 3, 5), backoff_context_lengths=(1, 3),
                     backoff_min_context_len=1, max_index_positions=cap, backoff_max_index_positions=cap,
-                    max_continuations_per_context=top_k, max_completion_tokens=cut)
+                    max_continuations_per_context=top_k, max_completion_tokens=cut, keep_counts=keep_counts)
     wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
     check_exact(wh, traces, cfg)
     check_backoff(wh, traces, cfg)

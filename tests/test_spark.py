@@ -51,7 +51,7 @@ STAGE4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", 
 def engines(tmp_path_factory, fixtures_dir):
     """The parity fixture run end to end twice: tables built by Spark (local mode), and by DuckDB."""
     root = tmp_path_factory.mktemp("engines")
-    cfg = RunConfig(preset="seed", **PARITY)
+    cfg = RunConfig(preset="seed", keep_counts=True, **PARITY)  # every stage-4 table, the full counts too
     data = str(fixtures_dir / "parity_traces.parquet")
     spark = run_all(cfg, root / "spark_wh", data, "unused", name="fx", engine="spark", spark_master="local[2]")
     duck = run_all(cfg, root / "duck_wh", data, "unused", name="fx")
@@ -128,7 +128,7 @@ def test_tables_are_reused_whichever_engine_built_them(engines, fixtures_dir, tm
 
     from .test_parity import build_state, table_checksums
 
-    cfg = RunConfig(preset="seed", **PARITY)
+    cfg = RunConfig(preset="seed", keep_counts=True, **PARITY)  # as the engines fixture built them
     for built_by, rerun_with in (("spark", "duckdb"), ("duck", "spark")):
         root = tmp_path / built_by
         shutil.copytree(engines["warehouses"][built_by], root)

@@ -63,3 +63,19 @@ def test_a_failing_sql_file_names_itself_and_under_debug_shows_everything(tmp_pa
     assert "error executing the following SQL for table typo" in message
     assert "select 1 as x\nfrom range(3)\nwehre x > 1" in message
     assert "LINE 7: wehre x > 1" in message and "^" in message
+
+
+def test_placeholders_write_integers_and_repeat_lines_for_lists(tmp_path):
+    from specdraft.errors import SpecdraftError
+    from specdraft.warehouse.sql_files import SqlFile
+
+    text = "-- out: t\n-- params: $n INTEGER, $ks INTEGER[]\nselect\n    x_{ks} as k_{ks},\n    $n + {n} as n\nfrom t\n"
+    sql = SqlFile("t", tmp_path / "t.sql", text, "t", "", (), ("n", "ks"))
+    assert sql.used_params == ("ks", "n")
+    assert sql.expanded({"n": 3, "ks": [4, 8]}).text == (
+        "-- out: t\n-- params: $n INTEGER, $ks INTEGER[]\nselect\n    x_4 as k_4,\n    x_8 as k_8,\n"
+        "    $n + 3 as n\nfrom t\n")
+    assert sql.expanded({"n": 3, "ks": [4]}).used_params == ("n",)  # what is left to bind
+    for bad in ({"n": "1; drop table t", "ks": [4]}, {"n": 3, "ks": []}, {"n": 3}, {"n": True, "ks": [4]}):
+        with pytest.raises(SpecdraftError, match=r"t.sql: \{(n|ks)\} needs an integer"):
+            sql.expanded(bad)

@@ -21,16 +21,21 @@ from specdraft.warehouse.connection import Warehouse
 PAD = -1
 
 
-def _left_padded(windows: pa.ListArray, width: int) -> np.ndarray:
-    """Stack variable-length windows into a (rows, width) matrix, right-aligned, PAD on the left."""
-    lengths = windows.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
-    values = windows.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    matrix = np.full((len(windows), width), PAD, dtype=np.int64)
-    rows = np.repeat(np.arange(len(windows)), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    cols = width - np.repeat(lengths, lengths) + (np.arange(len(values)) - starts)
-    matrix[rows, cols] = values
-    return matrix
+def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The query positions (trace ids, positions, in trace and position order) and the `width`
+    tokens before each as a (rows, width) matrix, right-aligned, PAD on the left near a trace's start."""
+    tokens = traces.column("tokens").combine_chunks()
+    flat = tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = tokens.offsets.to_numpy()[:-1].astype(np.int64)
+    positions = traces.column("positions").combine_chunks()
+    per_trace = positions.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+    pos = positions.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    trace_row = np.repeat(np.arange(len(per_trace)), per_trace)
+    trace_ids = traces.column("trace_id").to_numpy().astype(np.int64)[trace_row]
+    offsets = pos[:, None] - width + np.arange(width)[None, :]  # where each window's tokens sit
+    matrix = flat[np.maximum(offsets, 0) + starts[trace_row, None]]
+    matrix[offsets < 0] = PAD
+    return trace_ids, pos, matrix
 
 
 def backoff_score(ctx_lens: list[int], counts: list[int], totals: list[int]) -> float:
@@ -46,8 +51,8 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     """Backoff drafts at every query position, as an Arrow table for the candidates table."""
     lengths = sorted(cfg.effective_backoff_lengths, reverse=True)
     width = max(lengths) if lengths else 1
-    queries = wh.query("drafters/query_windows", {"width": width}).to_arrow_table()
-    n = queries.num_rows
+    trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
+    n = len(known)
     draft_len = cfg.draft_len
     drafts = np.full((n, draft_len), PAD, dtype=np.int64)
     step_ctx = np.zeros((n, draft_len), dtype=np.int64)
@@ -55,9 +60,6 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     step_total = np.ones((n, draft_len), dtype=np.int64)
     n_steps = np.zeros(n, dtype=np.int64)
     if n and lengths:
-        windows = queries.column("window").combine_chunks()
-        matrix = _left_padded(windows, width)
-        known = queries.column("pos").to_numpy().astype(np.int64)
         hashes = RowPrefixHashes(matrix, width + draft_len)
         active = np.arange(n)
         for step in range(draft_len):
@@ -92,10 +94,10 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
             active = np.sort(hit_rows)
             if not len(active):
                 break
-    return _as_table(queries, drafts, step_ctx, step_count, step_total, n_steps)
+    return _as_table(trace_ids, known, drafts, step_ctx, step_count, step_total, n_steps)
 
 
-def _as_table(queries, drafts, step_ctx, step_count, step_total, n_steps) -> pa.Table:
+def _as_table(trace_ids, positions, drafts, step_ctx, step_count, step_total, n_steps) -> pa.Table:
     keep = np.flatnonzero(n_steps > 0)
     steps = n_steps[keep]
     mask = np.arange(drafts.shape[1])[None, :] < steps[:, None]
@@ -112,8 +114,8 @@ def _as_table(queries, drafts, step_ctx, step_count, step_total, n_steps) -> pa.
     first_len = ctx[:, 0]
     return pa.table(
         {
-            "trace_id": queries.column("trace_id").take(pa.array(keep)),
-            "pos": queries.column("pos").take(pa.array(keep)),
+            "trace_id": pa.array(trace_ids[keep], pa.int64()),
+            "pos": pa.array(positions[keep], pa.int64()),
             "family": pa.array(["backoff"] * len(keep), pa.string()),
             "source": pa.array([f"backoff:{x}" for x in first_len.tolist()], pa.string()),
             "ctx_len": pa.array(first_len, pa.int32()),

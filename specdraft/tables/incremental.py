@@ -28,10 +28,12 @@ from pathlib import Path
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.sources.traces import dataset_versions
-from specdraft.tables.ngrams import build_hash_powers, build_selected_traces, build_trace_positions
+from specdraft.tables.ngrams import (build_hash_powers, build_per_length, build_selected_traces,
+                                     build_trace_positions, count_tables)
 from specdraft.warehouse.connection import Warehouse
 
-# The stage-4 tables an update merges into; without any of them, rebuild.
+# The stage-4 tables an update merges into; without any of them (the counts are kept with
+# --keep-counts only), rebuild.
 KEPT_TABLES = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",
                "backoff_next_tokens", "backoff_top_tokens")
 _UPDATED = re.compile(r"\|updated_from=\d+$")
@@ -76,14 +78,6 @@ def update_start(wh: Warehouse, built: str | None, key: str, meta: dict) -> int 
     return None
 
 
-def build_delta(wh: Warehouse, name: str, lengths, params: dict) -> None:
-    """`sql/<name>.sql` over the appended positions, one context length at a time, into a temp
-    `<out>_delta` table."""
-    into = f"{name.rsplit('/', 1)[-1]}_delta"
-    for i, ctx_len in enumerate(lengths):
-        wh.materialize(name, {**params, "ctx_len": ctx_len}, temp=True, append=i > 0, into=into)
-
-
 def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_trace_id: int) -> None:
     """Add the traces from `from_trace_id` on (appended since the tables were built with the same
     settings) to every stage-4 table, hashing only their positions. DuckDB only."""
@@ -92,10 +86,10 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
         lambda: build_hash_powers(wh),
         lambda: build_trace_positions(wh, cfg, from_trace_id),
         lambda: wh.materialize("tables/query_context_keys", append=True),
-        lambda: build_delta(wh, "tables/exact_continuation_counts", cfg.context_lengths, {}),
+        # sql/tables/<count table>.sql over the appended positions, into temp <count table>_delta
+        lambda: build_per_length(wh, count_tables(cfg), into=lambda name: f"{name.rsplit('/', 1)[-1]}_delta"),
         lambda: wh.apply("tables/incremental/exact_continuation_counts"),
         lambda: wh.apply("tables/incremental/exact_continuations", {"top_k": cfg.max_continuations_per_context}),
-        lambda: build_delta(wh, "tables/backoff_next_tokens", cfg.backoff_context_lengths, {}),
         lambda: wh.apply("tables/incremental/backoff_next_tokens"),
         lambda: wh.apply("tables/incremental/backoff_top_tokens"),
     ]

@@ -2,8 +2,9 @@
 
     selected_traces -> trace_positions (+ hash_powers, key_lengths) -> context_keys (a view)
         -> query_context_keys
-        -> exact_continuation_counts -> exact_continuations
-        -> backoff_next_tokens -> backoff_top_tokens
+        -> position_keys -> per context length: length_keys (a view)
+            -> exact_continuations, backoff_top_tokens
+               (+ exact_continuation_counts, backoff_next_tokens with --keep-counts)
 
 Every table comes from one file in sql/; Python only loops over the doubling steps of the
 hash powers (log2 of the longest trace), never over positions. An incremental update after
@@ -99,30 +100,53 @@ def build_trace_positions(wh: TableBuilder, cfg: RunConfig, from_trace_id: int =
     wh.materialize("tables/context_keys", view=True)
 
 
-def build_per_length(wh: TableBuilder, name: str, lengths, params: dict) -> None:
-    """One statement per context length, appended: each grouping is a twelfth of the whole, so
-    large builds stay within the memory limit."""
-    for i, ctx_len in enumerate(lengths):
-        wh.materialize(name, {**params, "ctx_len": ctx_len}, append=i > 0)
+COUNT_TABLES = ("exact_continuation_counts", "backoff_next_tokens")  # kept with --keep-counts only
+
+
+def count_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
+    """The full count tables, built one context length at a time: (sql/ name, lengths, parameters)."""
+    return [("tables/exact_continuation_counts", cfg.context_lengths, {}),
+            ("tables/backoff_next_tokens", cfg.backoff_context_lengths, {})]
+
+
+def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
+    """Every table built one context length at a time: the top continuations and backoff picks,
+    and with --keep-counts the full counts (what an update after `ingest --append` merges into)."""
+    tables = [
+        ("tables/exact_continuations", cfg.context_lengths, {"top_k": cfg.max_continuations_per_context}),
+        ("tables/backoff_top_tokens", cfg.backoff_context_lengths, {}),
+    ]
+    return tables + count_tables(cfg) if cfg.keep_counts else tables
+
+
+def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None) -> None:
+    """The train positions' keys at every length (position_keys, one window pass), then for each
+    length every table of that length from them (through the length_keys view), appended. Each grouping is one length's share of the whole, so large
+    builds stay within the memory limit. into(name) names the table a file writes to instead of
+    its own (an update's delta tables)."""
+    lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
+    wh.materialize("tables/position_keys", {"ctx_len": lengths}, temp=True)
+    started: set[str] = set()
+    for ctx_len in progress(lengths, desc="n-gram tables", unit="length"):
+        wh.materialize("tables/length_keys", {"ctx_len": ctx_len}, view=True)
+        for name, table_lengths, params in tables:
+            if ctx_len in table_lengths:
+                target = {"into": into(name), "temp": True} if into else {}
+                wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
+                started.add(name)
+    wh.drop_view("length_keys")
+    wh.drop("position_keys")
 
 
 def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
-    read (selected_traces, query_context_keys, exact_continuation_counts, exact_continuations,
-    backoff_*) is kept."""
-    steps = [
-        lambda: build_selected_traces(wh, cfg, traces_path),
-        lambda: build_hash_powers(wh),
-        lambda: build_trace_positions(wh, cfg),
-        lambda: wh.materialize("tables/query_context_keys"),
-        lambda: build_per_length(wh, "tables/exact_continuation_counts", cfg.context_lengths, {}),
-        lambda: build_per_length(wh, "tables/exact_continuations", cfg.context_lengths,
-                                 {"top_k": cfg.max_continuations_per_context}),
-        lambda: build_per_length(wh, "tables/backoff_next_tokens", cfg.backoff_context_lengths, {}),
-        lambda: wh.materialize("tables/backoff_top_tokens"),
-    ]
-    for step in progress(steps, desc="n-gram tables", unit="table"):
-        step()
+    read (selected_traces, query_context_keys, exact_continuations, backoff_top_tokens, and with
+    --keep-counts exact_continuation_counts and backoff_next_tokens) is kept."""
+    build_selected_traces(wh, cfg, traces_path)
+    build_hash_powers(wh)
+    build_trace_positions(wh, cfg)
+    wh.materialize("tables/query_context_keys")
+    build_per_length(wh, length_tables(cfg))
     wh.drop_view("context_keys")
     wh.drop("trace_positions", "key_lengths", "hash_powers")
 

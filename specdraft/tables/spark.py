@@ -158,7 +158,7 @@ class SparkTables:
         self._intermediates: dict[str, Any] = {}
 
     def _sql(self, name: str, params: dict[str, Any] | None):
-        sql_file = load_sql(name)
+        sql_file = load_sql(name).expanded(params or {})
         try:
             return sql_file, self.spark.sql(to_spark_sql(sql_file.text, params))
         except SpecdraftError as exc:

@@ -227,7 +227,7 @@ class Warehouse:
         the warehouse file. view=True makes a temporary view (no parameters). into= writes to
         another table of the same grain instead of `out` (an incremental update's delta).
         """
-        sql_file = load_sql(name)
+        sql_file = load_sql(name).expanded(params or {})
         target = quote_identifier(into or sql_file.out)
         if schema:
             target = f"{quote_identifier(schema)}.{target}"
@@ -241,7 +241,7 @@ class Warehouse:
     def apply(self, name: str, params: dict[str, Any] | None = None) -> None:
         """Run `sql/<name>.sql` as written: a statement that changes its `out` table in place
         (the MERGEs of an incremental update, sql/tables/incremental/)."""
-        sql_file = load_sql(name)
+        sql_file = load_sql(name).expanded(params or {})
         self._execute(sql_file, sql_file.text, params or {})
 
     def query(self, name: str, params: dict[str, Any] | None = None):
@@ -249,7 +249,7 @@ class Warehouse:
 
         The relation runs when fetched: fetch it once.
         """
-        sql_file = load_sql(name)
+        sql_file = load_sql(name).expanded(params or {})
         return self._execute(sql_file, sql_file.text, params or {}, lazy=True)
 
     def register(self, name: str, data: Any) -> None:

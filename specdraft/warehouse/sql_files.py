@@ -7,12 +7,19 @@
 
 Files are named after their `out` table and live in sql/<package>/, beside the Python package
 that runs them (specdraft/<package>/).
+
+Parameters are bound by the engine ($name), except where SQL cannot take a value: a column name
+or one column per context length. There a line holds `{name}`, and `SqlFile.expanded` writes the
+integer parameter `name` into it, or, when the parameter is a list of integers, repeats the line
+once per item:
+
+    (c1 - lag(c1, {ctx_len}) over w) as key_{ctx_len},   -- with ctx_len = [4, 8]: two lines
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +38,7 @@ def _sql_dir() -> Path:
 SQL_DIR = _sql_dir()
 HEADER_LINE = re.compile(r"^--\s*(out|grain|reads|params):\s*(.*)$")
 PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,29 @@ class SqlFile:
     @property
     def used_params(self) -> tuple[str, ...]:
         body = "\n".join(line for line in self.text.splitlines() if not line.lstrip().startswith("--"))
-        return tuple(sorted(set(PARAM.findall(body))))
+        return tuple(sorted(set(PARAM.findall(body)) | set(PLACEHOLDER.findall(body))))
+
+    def expanded(self, params: dict) -> SqlFile:
+        """The statement with its `{name}` placeholders written out from `params` (see the module
+        docstring); a file without placeholders is returned as it is."""
+        if "{" not in self.text:
+            return self
+        lines = []
+        for line in self.text.splitlines():
+            names = set(PLACEHOLDER.findall(line)) if not line.lstrip().startswith("--") else set()
+            if not names:
+                lines.append(line)
+                continue
+            if len(names) > 1:
+                raise SpecdraftError(f"{self.path.name}: one placeholder per line, got {sorted(names)}")
+            (name,) = names
+            values = params.get(name)
+            items = values if isinstance(values, list | tuple) else [values]
+            if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+                raise SpecdraftError(f"{self.path.name}: {{{name}}} needs an integer or a list of integers, "
+                                     f"got {values!r}")
+            lines += [line.replace(f"{{{name}}}", str(v)) for v in items]
+        return replace(self, text="\n".join(lines) + "\n")
 
 
 def load_sql(name: str) -> SqlFile:

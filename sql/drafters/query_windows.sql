@@ -1,13 +1,20 @@
 -- out: query_windows
--- grain: trace_id, pos
+-- grain: trace_id
 -- reads: query_positions, selected_traces
--- params: $width BIGINT
--- The last `width` known tokens at each query position (fewer near the start of a trace):
--- what the backoff walk starts from.
+-- params: (none)
+-- Each calibration and eval trace's tokens with the positions queried in it, in order: what the
+-- backoff walk starts from (the tokens before each position).
+with positions as (
+    select
+        trace_id,
+        list(pos order by pos) as positions
+    from query_positions
+    group by trace_id
+)
 select
-    q.trace_id,
-    q.pos,
-    t.tokens[greatest(q.pos - $width, 0) + 1:q.pos] as window
-from query_positions as q
-join selected_traces as t using (trace_id)
-order by q.trace_id, q.pos
+    t.trace_id,
+    t.tokens,
+    p.positions
+from selected_traces as t
+join positions as p using (trace_id)
+order by t.trace_id

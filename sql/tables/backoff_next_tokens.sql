@@ -1,17 +1,16 @@
 -- out: backoff_next_tokens
 -- grain: ctx_len, ctx_hash, token_id
--- reads: context_keys
+-- reads: length_keys
 -- params: $ctx_len INTEGER
--- The backoff table: per context, how often each next token followed it in train. Built one
--- context length at a time (appended), so each grouping fits in memory.
+-- (built with --keep-counts only) The backoff counts in full: per context, how often each next
+-- token followed it in train, and when it was first seen; what an incremental update merges
+-- into. Built one context length at a time (appended).
 select
-    ctx_len,
+    $ctx_len::integer as ctx_len,
     ctx_hash,
     token_id,
     count(*) as count,
     min(backoff_order) as first_seen
-from context_keys
-where for_backoff
-    and ctx_len = $ctx_len
-    and backoff_order is not null
-group by ctx_len, ctx_hash, token_id
+from length_keys
+where backoff_order is not null
+group by ctx_hash, token_id

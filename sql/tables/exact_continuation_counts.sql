@@ -1,14 +1,14 @@
 -- out: exact_continuation_counts
 -- grain: ctx_len, ctx_hash, continuation_hash
--- reads: context_keys
+-- reads: length_keys
 -- params: $ctx_len INTEGER
--- The global n-gram counts in full: per context, every draft_len-token continuation that followed
--- it in train, how often, and where it was first seen (first_seen in train order; its tokens are
--- tokens[src_pos .. src_pos + draft_len - 1] of trace src_trace_id). exact_continuations keeps the
--- top ones; the full counts let an incremental update add new traces' counts exactly. Built one
--- context length at a time (appended), so each grouping fits in memory.
+-- (built with --keep-counts only) The global n-gram counts in full: per context, every
+-- draft_len-token continuation that followed it in train, how often, and where it was first seen
+-- (first_seen in train order; its tokens are tokens[src_pos .. src_pos + draft_len - 1] of trace
+-- src_trace_id). exact_continuations keeps the top ones; the full counts let an incremental
+-- update add new traces' counts exactly. Built one context length at a time (appended).
 select
-    ctx_len,
+    $ctx_len::integer as ctx_len,
     ctx_hash,
     continuation_hash,
     count(*) as count,
@@ -16,8 +16,6 @@ select
     -- exact_order is unique per position, so these are the first-seen position's
     arg_min(trace_id, exact_order) as src_trace_id,
     arg_min(pos, exact_order) as src_pos
-from context_keys
-where for_ngram
-    and ctx_len = $ctx_len
-    and exact_order is not null
-group by ctx_len, ctx_hash, continuation_hash
+from length_keys
+where exact_order is not null
+group by ctx_hash, continuation_hash
