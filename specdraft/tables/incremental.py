@@ -95,6 +95,4 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
     ]
     for step in progress(steps, desc="n-gram update", unit="step"):
         step()
-    wh.drop_view("context_keys")
-    wh.drop("trace_positions", "key_lengths", "hash_powers", "exact_continuation_counts_delta",
-            "backoff_next_tokens_delta")
+    wh.drop("exact_continuation_counts_delta", "backoff_next_tokens_delta")

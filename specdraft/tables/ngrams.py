@@ -120,12 +120,15 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
 
 
 def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None) -> None:
-    """The train positions' keys at every length (position_keys, one window pass), then for each
-    length every table of that length from them (through the length_keys view), appended. Each grouping is one length's share of the whole, so large
+    """The train positions' keys at every length (position_keys, one window pass); then, once
+    the positions are dropped, for each length every table of that length from them (through the
+    length_keys view), appended. Each grouping is one length's share of the whole, so large
     builds stay within the memory limit. into(name) names the table a file writes to instead of
     its own (an update's delta tables)."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
     wh.materialize("tables/position_keys", {"ctx_len": lengths}, temp=True)
+    wh.drop_view("context_keys")
+    wh.drop("trace_positions", "key_lengths", "hash_powers")
     started: set[str] = set()
     for ctx_len in progress(lengths, desc="n-gram tables", unit="length"):
         wh.materialize("tables/length_keys", {"ctx_len": ctx_len}, view=True)
@@ -147,8 +150,6 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
     build_trace_positions(wh, cfg)
     wh.materialize("tables/query_context_keys")
     build_per_length(wh, length_tables(cfg))
-    wh.drop_view("context_keys")
-    wh.drop("trace_positions", "key_lengths", "hash_powers")
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

@@ -23,17 +23,28 @@ with drafts as (
     -- the online scenario only (--online)
     select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from online_candidates
 ),
+-- the trace's next draft_len tokens at each query position, sliced once per position (slicing per
+-- draft would copy each trace's token list into every draft row of the join)
+actuals as materialized (
+    select
+        q.trace_id,
+        q.pos,
+        q.split,
+        q.completion_pos,
+        t.tokens[q.pos + 1:q.pos + $draft_len] as actual
+    from query_positions as q
+    join selected_traces as t using (trace_id)
+),
 aligned as (
     select
         d.*,
         f.family_order,
-        q.split,
-        q.completion_pos,
-        t.tokens[d.pos + 1:d.pos + $draft_len] as actual
+        a.split,
+        a.completion_pos,
+        a.actual
     from drafts as d
     join source_families as f using (family)
-    join query_positions as q using (trace_id, pos)
-    join selected_traces as t using (trace_id)
+    join actuals as a using (trace_id, pos)
 )
 select
     split,
