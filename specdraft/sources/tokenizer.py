@@ -127,11 +127,16 @@ class OfflineQwenTokenizer(Tokenizer):
                 parts = pool.map(_encode_chunk, chunks)
             flat = np.concatenate([part[0] for part in parts])
             lengths = np.concatenate([part[1] for part in parts])
+        if len(distinct) < len(texts):  # repeated texts (a prompt per rollout): copy their ids
+            index = {text: i for i, text in enumerate(distinct)}
+            which = np.fromiter((index[text] for text in texts), dtype=np.int64, count=len(texts))
+            starts = np.concatenate([[0], np.cumsum(lengths)])[which]
+            lengths = lengths[which]
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            flat = flat[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         encoded = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
-        index = {text: i for i, text in enumerate(distinct)}
-        taken = encoded.take(pa.array([index[text] for text in texts], pa.int64()))
-        return taken.cast(pa.list_(pa.int32()))
+        return encoded.cast(pa.list_(pa.int32()))
 
     def encode(self, text: str) -> list[int]:
         if not text:

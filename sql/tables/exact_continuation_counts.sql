@@ -13,9 +13,10 @@ select
     continuation_hash,
     count(*) as count,
     min(exact_order) as first_seen,
-    -- exact_order is unique per position, so these are the first-seen position's
-    arg_min(trace_id, exact_order) as src_trace_id,
-    arg_min(pos, exact_order) as src_pos
+    -- exact_order is unique per position, so this is the first-seen position's (trace id and
+    -- pos packed into one value, one aggregate instead of two)
+    arg_min(trace_id * 4294967296 + pos, exact_order) // 4294967296 as src_trace_id,
+    arg_min(trace_id * 4294967296 + pos, exact_order) % 4294967296 as src_pos
 from length_keys
 where exact_order is not null
 group by ctx_hash, continuation_hash
