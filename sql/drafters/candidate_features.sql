@@ -3,43 +3,101 @@
 -- reads: candidates
 -- params: (none)
 -- What the confidence selector (--preset default) knows of each draft when it chooses: its source
--- and context length, how far back a copy reaches, how many other drafts at the position agree on its first 1, 2, 4 and 8
--- tokens (and with the longest recent copy and n-gram drafts there), and how long the best
--- in-trace and global matches at the position are.
+-- and context length, how far back a copy reaches, how many other drafts at the position agree on
+-- its first 1, 2, 4 and 8 tokens (and with the longest recent copy and n-gram drafts there), and
+-- how long the best in-trace and global matches at the position are.
+-- Each position's counts are grouped (coarser prefixes from finer ones) and joined back: a window
+-- per prefix would sort every draft row five times.
+with drafts as (
+    -- the first 8 tokens as columns, null past the draft's end (no token is null, so a 2-token
+    -- draft's (a, b, null, ...) matches only another 2-token draft a, b)
+    select
+        *,
+        draft[1] as t1,
+        draft[2] as t2,
+        draft[3] as t3,
+        draft[4] as t4,
+        draft[5] as t5,
+        draft[6] as t6,
+        draft[7] as t7,
+        draft[8] as t8
+    from candidates
+),
+prefix8 as (
+    select trace_id, pos, t1, t2, t3, t4, t5, t6, t7, t8, count(*) as drafts
+    from drafts
+    group by all
+),
+prefix4 as (
+    select trace_id, pos, t1, t2, t3, t4, sum(drafts)::bigint as drafts
+    from prefix8
+    group by all
+),
+prefix2 as (
+    select trace_id, pos, t1, t2, sum(drafts)::bigint as drafts
+    from prefix4
+    group by all
+),
+prefix1 as (
+    select trace_id, pos, t1, sum(drafts)::bigint as drafts
+    from prefix2
+    group by all
+),
+positions as (
+    -- one recent copy and one n-gram draft per context length (their sources name it), so each
+    -- longest is one draft
+    select
+        trace_id,
+        pos,
+        count(*) as drafts_here,
+        coalesce(max(case when family = 'recent-copy' then ctx_len end), 0) as longest_recent_copy,
+        coalesce(max(case when family = 'ngram-all' then ctx_len end), 0) as longest_ngram,
+        coalesce(max(case when family = 'copy' then ctx_len end), 0) as longest_copy,
+        arg_max(case when family = 'recent-copy' then row(t1, t2, t3, t4) end,
+            case when family = 'recent-copy' then ctx_len end) as recent_copy_start,
+        arg_max(case when family = 'ngram-all' then row(t1, t2, t3, t4) end,
+            case when family = 'ngram-all' then ctx_len end) as ngram_start
+    from drafts
+    group by trace_id, pos
+)
 select
-    split,
-    trace_id,
-    pos,
-    completion_pos,
-    family_order,
-    family,
-    source,
-    coalesce(ctx_len, 0) as ctx_len,
-    coalesce(count, 0) as count,
-    score,
+    d.split,
+    d.trace_id,
+    d.pos,
+    d.completion_pos,
+    d.family_order,
+    d.family,
+    d.source,
+    coalesce(d.ctx_len, 0) as ctx_len,
+    coalesce(d.count, 0) as count,
+    d.score,
     -- how far back a copied text starts (its period, for a repetition loop); 0 for other sources
-    coalesce(pos - match_pos, 0) as copy_distance,
-    accepted,
-    count(*) over (partition by trace_id, pos, draft[1]) - 1 as agree1,
-    count(*) over (partition by trace_id, pos, draft[1:2]) - 1 as agree2,
-    count(*) over (partition by trace_id, pos, draft[1:4]) - 1 as agree4,
-    count(*) over (partition by trace_id, pos, draft[1:8]) - 1 as agree8,
-    count(*) over w as drafts_here,
-    coalesce(max(case when family = 'recent-copy' then ctx_len end) over w, 0) as longest_recent_copy,
-    coalesce(max(case when family = 'ngram-all' then ctx_len end) over w, 0) as longest_ngram,
-    coalesce(max(case when family = 'copy' then ctx_len end) over w, 0) as longest_copy,
-    len(list_distinct(draft)) as distinct_tokens,
+    coalesce(d.pos - d.match_pos, 0) as copy_distance,
+    d.accepted,
+    p1.drafts - 1 as agree1,
+    p2.drafts - 1 as agree2,
+    p4.drafts - 1 as agree4,
+    p8.drafts - 1 as agree8,
+    p.drafts_here,
+    p.longest_recent_copy,
+    p.longest_ngram,
+    p.longest_copy,
+    len(list_distinct(d.draft)) as distinct_tokens,
     -- agreement with the position's longest recent copy and longest n-gram drafts
-    coalesce(draft[1] = arg_max(case when family = 'recent-copy' then draft[1] end,
-        case when family = 'recent-copy' then ctx_len end) over w, false)::integer as agree_recent_copy1,
-    coalesce(draft[1:4] = arg_max(case when family = 'recent-copy' then draft[1:4] end,
-        case when family = 'recent-copy' then ctx_len end) over w, false)::integer as agree_recent_copy4,
-    coalesce(draft[1] = arg_max(case when family = 'ngram-all' then draft[1] end,
-        case when family = 'ngram-all' then ctx_len end) over w, false)::integer as agree_ngram1,
-    coalesce(draft[1:4] = arg_max(case when family = 'ngram-all' then draft[1:4] end,
-        case when family = 'ngram-all' then ctx_len end) over w, false)::integer as agree_ngram4,
+    coalesce(d.t1 = p.recent_copy_start[1], false)::integer as agree_recent_copy1,
+    coalesce(row(d.t1, d.t2, d.t3, d.t4) = p.recent_copy_start, false)::integer as agree_recent_copy4,
+    coalesce(d.t1 = p.ngram_start[1], false)::integer as agree_ngram1,
+    coalesce(row(d.t1, d.t2, d.t3, d.t4) = p.ngram_start, false)::integer as agree_ngram4,
     -- tells drafts apart when several are verified together (multi-draft metrics)
-    hash(draft) as draft_key
-from candidates
-window w as (partition by trace_id, pos)
-
+    hash(d.draft) as draft_key
+from drafts as d
+join positions as p on p.trace_id = d.trace_id and p.pos = d.pos
+join prefix1 as p1 on p1.trace_id = d.trace_id and p1.pos = d.pos and p1.t1 is not distinct from d.t1
+join prefix2 as p2 on p2.trace_id = d.trace_id and p2.pos = d.pos and p2.t1 is not distinct from d.t1
+    and p2.t2 is not distinct from d.t2
+join prefix4 as p4 on p4.trace_id = d.trace_id and p4.pos = d.pos and p4.t1 is not distinct from d.t1
+    and p4.t2 is not distinct from d.t2 and p4.t3 is not distinct from d.t3 and p4.t4 is not distinct from d.t4
+join prefix8 as p8 on p8.trace_id = d.trace_id and p8.pos = d.pos and p8.t1 is not distinct from d.t1
+    and p8.t2 is not distinct from d.t2 and p8.t3 is not distinct from d.t3 and p8.t4 is not distinct from d.t4
+    and p8.t5 is not distinct from d.t5 and p8.t6 is not distinct from d.t6 and p8.t7 is not distinct from d.t7
+    and p8.t8 is not distinct from d.t8
