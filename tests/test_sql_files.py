@@ -32,12 +32,13 @@ def test_declared_params_are_used_params(name):
     assert sql.params == sql.used_params, name
 
 
-def test_context_keys_view_uses_the_python_hash_constants():
-    # Views cannot bind parameters, so context_keys.sql spells the primes out.
-    text = (SQL_DIR / "tables" / "context_keys.sql").read_text()
+def test_position_keys_use_the_python_hash_constants():
+    # The primes are bound parameters (tables.hashing.hash_params); the packing shift is spelled out.
+    text = (SQL_DIR / "tables" / "position_keys.sql").read_text()
     body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
-    numbers = {int(x) for x in re.findall(r"\b\d{9,}\b", body)}
-    assert numbers == {hashing.P1, hashing.P2, hashing.SHIFT}
+    assert {int(x) for x in re.findall(r"\b\d{9,}\b", body)} == {hashing.SHIFT}
+    assert {"p1", "p2"} <= set(load_sql("tables/position_keys").used_params)
+    assert set(hashing.hash_params()) == {"p1", "p2"}
 
 
 @pytest.mark.parametrize("debug", [False, True])

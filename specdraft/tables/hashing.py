@@ -7,7 +7,7 @@ The key of a token window w_0..w_{L-1} is
 
 Every product is below 2^62, so any SQL engine with 64-bit integers (DuckDB, Spark) and
 numpy compute the same keys; no engine's internal hash function is used. In SQL the key of
-a window is the difference of two prefix hashes (sql/tables/context_keys.sql).
+a window is the difference of two prefix hashes (sql/tables/position_keys.sql).
 
 >>> window_key([5, 7]) == ((6 * B1 + 8) % P1) * 2**31 + (6 * B2 + 8) % P2
 True

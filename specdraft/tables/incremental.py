@@ -2,7 +2,7 @@
 the appended traces alone instead of rebuilding them.
 
     selected_traces           += the appended traces within the limits
-    trace_positions            = their positions only, in train order after every earlier trace
+    position_keys              = their positions only, in train order after every earlier trace
     query_context_keys        += their calibration and eval keys
     exact_continuation_counts <- merged with the appended traces' counts (the delta)
     exact_continuations       <- re-ranked, for the contexts the delta touched only
@@ -28,8 +28,8 @@ from pathlib import Path
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.sources.traces import dataset_versions
-from specdraft.tables.ngrams import (build_hash_powers, build_per_length, build_selected_traces,
-                                     build_trace_positions, count_tables)
+from specdraft.tables.ngrams import (build_hash_powers, build_per_length, build_position_keys,
+                                     build_selected_traces, count_tables, query_lengths)
 from specdraft.warehouse.connection import Warehouse
 
 # The stage-4 tables an update merges into; without any of them (the counts are kept with
@@ -84,8 +84,8 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
     steps = [
         lambda: build_selected_traces(wh, cfg, traces_path, from_trace_id),
         lambda: build_hash_powers(wh),
-        lambda: build_trace_positions(wh, cfg, from_trace_id),
-        lambda: wh.materialize("tables/query_context_keys", append=True),
+        lambda: build_position_keys(wh, cfg, from_trace_id),
+        lambda: wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)}, append=True),
         # sql/tables/<count table>.sql over the appended positions, into temp <count table>_delta
         lambda: build_per_length(wh, count_tables(cfg), into=lambda name: f"{name.rsplit('/', 1)[-1]}_delta"),
         lambda: wh.apply("tables/incremental/exact_continuation_counts"),
@@ -95,4 +95,4 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
     ]
     for step in progress(steps, desc="n-gram update", unit="step"):
         step()
-    wh.drop("exact_continuation_counts_delta", "backoff_next_tokens_delta")
+    wh.drop("position_keys", "exact_continuation_counts_delta", "backoff_next_tokens_delta")

@@ -1,8 +1,8 @@
 """Stage 4: the n-gram tables, built in DuckDB from the traces Parquet.
 
-    selected_traces -> trace_positions (+ hash_powers, key_lengths) -> context_keys (a view)
+    selected_traces (+ hash_powers) -> position_keys (every position's keys at every length)
         -> query_context_keys
-        -> position_keys -> per context length: length_keys (a view)
+        -> per context length: length_keys (a view)
             -> exact_continuations, backoff_top_tokens
                (+ exact_continuation_counts, backoff_next_tokens with --keep-counts)
 
@@ -71,11 +71,22 @@ def build_hash_powers(wh: TableBuilder) -> None:
         span *= 2
 
 
-def build_trace_positions(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> None:
-    """Positions (and the context_keys view over them) of the selected traces from from_trace_id on."""
+def key_lengths(cfg: RunConfig) -> list[int]:
+    """Every context length some source looks up."""
+    return sorted({*cfg.context_lengths, *cfg.backoff_context_lengths, *cfg.copy_context_lengths})
+
+
+def query_lengths(cfg: RunConfig) -> list[int]:
+    """The lengths the copy and n-gram sources look calibration and eval contexts up at."""
+    return sorted({*cfg.context_lengths, *cfg.copy_context_lengths})
+
+
+def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> None:
+    """Positions and their context keys at every length, of the selected traces from
+    from_trace_id on; the hash powers they were made with are dropped."""
     tail = power_params(cfg.draft_len - 1)
     wh.materialize(
-        "tables/trace_positions",
+        "tables/position_keys",
         {
             "draft_len": cfg.draft_len,
             "from_trace_id": from_trace_id,
@@ -83,21 +94,13 @@ def build_trace_positions(wh: TableBuilder, cfg: RunConfig, from_trace_id: int =
             "backoff_max_index_positions": cfg.backoff_max_index_positions,
             "tail1": tail["pow1"],
             "tail2": tail["pow2"],
+            "ctx_len": key_lengths(cfg),
             **inverse_params(1),
             **hash_params(),
         },
         temp=True,
     )
-    wh.materialize(
-        "tables/key_lengths",
-        {
-            "context_lengths": list(cfg.context_lengths),
-            "backoff_context_lengths": list(cfg.backoff_context_lengths),
-            "copy_context_lengths": list(cfg.copy_context_lengths),
-        },
-        temp=True,
-    )
-    wh.materialize("tables/context_keys", view=True)
+    wh.drop("hash_powers")
 
 
 COUNT_TABLES = ("exact_continuation_counts", "backoff_next_tokens")  # kept with --keep-counts only
@@ -120,15 +123,11 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
 
 
 def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None) -> None:
-    """The train positions' keys at every length (position_keys, one window pass); then, once
-    the positions are dropped, for each length every table of that length from them (through the
-    length_keys view), appended. Each grouping is one length's share of the whole, so large
-    builds stay within the memory limit. into(name) names the table a file writes to instead of
-    its own (an update's delta tables)."""
+    """For each context length, every table of that length from the train positions' keys at it
+    (position_keys through the length_keys view), appended. Each grouping is one length's share
+    of the whole, so large builds stay within the memory limit. into(name) names the table a file
+    writes to instead of its own (an update's delta tables)."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
-    wh.materialize("tables/position_keys", {"ctx_len": lengths}, temp=True)
-    wh.drop_view("context_keys")
-    wh.drop("trace_positions", "key_lengths", "hash_powers")
     started: set[str] = set()
     for ctx_len in progress(lengths, desc="n-gram tables", unit="length"):
         wh.materialize("tables/length_keys", {"ctx_len": ctx_len}, view=True)
@@ -138,7 +137,6 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                 wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
                 started.add(name)
     wh.drop_view("length_keys")
-    wh.drop("position_keys")
 
 
 def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> None:
@@ -147,9 +145,10 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
     --keep-counts exact_continuation_counts and backoff_next_tokens) is kept."""
     build_selected_traces(wh, cfg, traces_path)
     build_hash_powers(wh)
-    build_trace_positions(wh, cfg)
-    wh.materialize("tables/query_context_keys")
+    build_position_keys(wh, cfg)
+    wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)})
     build_per_length(wh, length_tables(cfg))
+    wh.drop("position_keys")
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

@@ -6,7 +6,7 @@ and drop_view. `SparkTables` implements them on a SparkSession:
 
 - each sql/ file is parsed as DuckDB SQL and written out as Spark SQL by SQLGlot, with the
   parameters bound as literals and three rewrites SQLGlot lacks (see `to_spark_sql`);
-- build intermediates (trace_positions, hash_powers, ...) are checkpointed DataFrames behind
+- build intermediates (position_keys, hash_powers, ...) are checkpointed DataFrames behind
   temp views;
 - the tables later stages read are written as Parquet under `<warehouse>/spark/<dataset>/`,
   which `load_into_warehouse` copies into the dataset's DuckDB schema in one transaction.

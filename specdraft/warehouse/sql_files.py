@@ -45,7 +45,7 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 class SqlFile:
     """One statement from sql/, with its parsed header."""
 
-    name: str  # its path under sql/ without .sql: "tables/context_keys"
+    name: str  # its path under sql/ without .sql: "tables/position_keys"
     path: Path
     text: str
     out: str

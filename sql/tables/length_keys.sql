@@ -14,3 +14,4 @@ select
     key_{ctx_len} as ctx_hash
 from position_keys
 where key_{ctx_len} is not null
+    and (exact_order is not null or backoff_order is not null)

@@ -1,19 +1,99 @@
 -- out: position_keys
 -- grain: trace_id, pos
--- reads: trace_positions
--- params: $ctx_len INTEGER[]
--- (a build intermediate) Every train position with its context key at each n-gram and backoff
--- context length: key_<L> is the key of tokens[pos - L .. pos - 1], as context_keys computes it
--- (null when pos < L). One window pass makes the keys of every length, so the per-length tables
--- (through length_keys) group them without joining the positions again.
+-- reads: selected_traces, hash_powers
+-- params: $draft_len BIGINT, $max_index_positions BIGINT, $backoff_max_index_positions BIGINT, $tail1 BIGINT, $tail2 BIGINT, $inv1 BIGINT, $inv2 BIGINT, $p1 BIGINT, $p2 BIGINT, $from_trace_id BIGINT, $ctx_len INTEGER[]
+-- (a build intermediate) One row per token of every selected trace (pos counts from 0 at the
+-- first prompt token) with its context key at each context length some source looks up:
+-- key_<L> is the key of tokens[pos - L .. pos - 1], the context a drafter sees when pos tokens
+-- are known (null when pos < L). The keys are made of
+--   term   = (token_id + 1) * B^-pos mod p, so the hash of tokens[a .. b - 1] is
+--            (sum of term over a .. b - 1) * B^(b - 1) mod p;
+--   c1, c2 = the sum of term over tokens[0 .. pos - 1] (exact: below 2^62 for traces under 2^31
+--            tokens; cast back to BIGINT, as DuckDB sums BIGINT into a slow HUGEINT);
+--   end_pow1, end_pow2 = B^(pos - 1), the factor for a context that ends before pos;
+-- so key_<L> = (c(pos) - c(pos - L)) * B^(pos - 1) mod p under each prime, packed as
+-- h1 * 2^31 + h2: two window passes make every length's keys. Also:
+--   continuation_hash = the key of the draft_len tokens from pos on;
+--   the seed's index order: exact_order for the positions ContinuationIndex adds
+--   (pos < n_tokens - draft_len, under --max-index-positions), backoff_order for those
+--   BackoffIndex adds (every token, under --backoff-max-index-positions), counted in train order.
+-- Only traces from $from_trace_id on get rows (0 in a full build; the first appended trace in an
+-- incremental update), but their index order counts every selected train trace before them.
+with train_offsets as (
+    select
+        trace_id,
+        coalesce(sum(greatest(n_tokens - $draft_len, 0)) over (
+            order by split_row rows between unbounded preceding and 1 preceding
+        ), 0)::bigint as exact_before,
+        coalesce(sum(n_tokens) over (
+            order by split_row rows between unbounded preceding and 1 preceding
+        ), 0)::bigint as backoff_before
+    from selected_traces
+    where split = 'train'
+),
+tokens as (
+    select
+        trace_id,
+        split,
+        n_tokens,
+        unnest(generate_series(0, n_tokens - 1)) as pos,
+        unnest(tokens) as token_id
+    from selected_traces
+    where trace_id >= $from_trace_id
+),
+terms as (
+    select
+        k.trace_id,
+        k.split,
+        k.n_tokens,
+        k.pos,
+        k.token_id,
+        p.b1,
+        p.b2,
+        (k.token_id + 1) * p.binv1 % $p1 as term1,
+        (k.token_id + 1) * p.binv2 % $p2 as term2,
+        o.exact_before,
+        o.backoff_before
+    from tokens as k
+    join hash_powers as p on p.pos = k.pos
+    left join train_offsets as o on o.trace_id = k.trace_id
+),
+positions as (
+    select
+        trace_id,
+        split,
+        pos,
+        token_id,
+        coalesce(sum(term1) over (w rows between unbounded preceding and 1 preceding), 0)::bigint as c1,
+        coalesce(sum(term2) over (w rows between unbounded preceding and 1 preceding), 0)::bigint as c2,
+        b1 * $inv1 % $p1 as end_pow1,
+        b2 * $inv2 % $p2 as end_pow2,
+        (sum(term1) over (w rows between current row and $draft_len - 1 following)::bigint % $p1) * (b1 * $tail1 % $p1) % $p1
+            * 2147483648
+            + (sum(term2) over (w rows between current row and $draft_len - 1 following)::bigint % $p2)
+            * (b2 * $tail2 % $p2) % $p2 as continuation_hash,
+        case
+            when exact_before is not null
+                and pos < n_tokens - $draft_len
+                and ($max_index_positions = 0 or exact_before + pos < $max_index_positions)
+                then exact_before + pos
+        end as exact_order,
+        case
+            when backoff_before is not null
+                and ($backoff_max_index_positions = 0 or backoff_before + pos < $backoff_max_index_positions)
+                then backoff_before + pos
+        end as backoff_order
+    from terms
+    window w as (partition by trace_id order by pos)
+)
 select
     trace_id,
+    split,
     pos,
     token_id,
-    (c1 - lag(c1, {ctx_len}) over w) % 2147483647 * end_pow1 % 2147483647 * 2147483648 + (c2 - lag(c2, {ctx_len}) over w) % 2147483629 * end_pow2 % 2147483629 as key_{ctx_len},
+    (c1 - lag(c1, {ctx_len}) over w) % $p1 * end_pow1 % $p1 * 2147483648 + (c2 - lag(c2, {ctx_len}) over w) % $p2 * end_pow2 % $p2 as key_{ctx_len},
     continuation_hash,
     exact_order,
     backoff_order
-from trace_positions
-where split = 'train'
+from positions
 window w as (partition by trace_id order by pos)

@@ -1,14 +1,15 @@
 -- out: query_context_keys
 -- grain: trace_id, pos, ctx_len
--- reads: context_keys
--- params: (none)
--- Context keys of calibration and eval traces, at every position: what the copy and n-gram
--- sources look up.
+-- reads: position_keys
+-- params: $ctx_len INTEGER[]
+-- Context keys of calibration and eval traces, at every position and every copy and n-gram
+-- context length: what the copy and n-gram sources look up. One select per length (its
+-- key_<L> column of position_keys), after an empty first one that gives the types.
 select
-    trace_id,
-    pos,
-    ctx_len,
-    ctx_hash
-from context_keys
-where split <> 'train'
-    and (for_copy or for_ngram)
+    cast(null as bigint) as trace_id,
+    cast(null as bigint) as pos,
+    cast(null as integer) as ctx_len,
+    cast(null as bigint) as ctx_hash
+from position_keys
+where false
+union all select trace_id, pos, {ctx_len}, key_{ctx_len} from position_keys where split <> 'train' and key_{ctx_len} is not null
