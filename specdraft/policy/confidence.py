@@ -78,10 +78,11 @@ def feature_matrix(features: pa.Table) -> np.ndarray:
     """The model's input, one int64 row per draft (every feature is a count; sklearn reads it as
     float64, exactly)."""
     _, *numeric_columns = feature_columns()
-    family = features.column("family").to_numpy(zero_copy_only=False)
-    codes = np.full(len(family), len(families.NAMES), dtype=np.int64)
-    for name, code in families.ORDER.items():
-        codes[family == name] = code
+    # each family's code looked up once per distinct name, not compared per row
+    family = features.column("family").combine_chunks().dictionary_encode()
+    lookup = np.array([families.ORDER.get(name, len(families.NAMES)) for name in family.dictionary.to_pylist()]
+                      + [len(families.NAMES)], dtype=np.int64)  # the last: a null family
+    codes = lookup[family.indices.fill_null(len(family.dictionary)).to_numpy()]
     numeric = [features.column(name).to_numpy(zero_copy_only=False).astype(np.int64) for name in numeric_columns]
     if not len(family):
         return np.zeros((0, 1 + len(numeric_columns)), dtype=np.int64)
