@@ -8,9 +8,10 @@
 -- how long the best in-trace and global matches at the position are.
 -- Each position's counts are grouped (coarser prefixes from finer ones) and joined back: a window
 -- per prefix would sort every draft row five times.
-with drafts as (
+with drafts as not materialized (
     -- the first 8 tokens as columns, null past the draft's end (no token is null, so a 2-token
-    -- draft's (a, b, null, ...) matches only another 2-token draft a, b)
+    -- draft's (a, b, null, ...) matches only another 2-token draft a, b); not materialized: each
+    -- use reads candidates again rather than holding a copy of every draft
     select
         *,
         draft[1] as t1,
