@@ -2,7 +2,7 @@
 
     selected_traces (+ hash_powers) -> position_keys (every position's keys at every length)
         -> query_context_keys
-        -> per context length: length_keys (a view)
+        -> per context length: length_keys -> length_continuations, length_next_tokens (views)
             -> exact_continuations, backoff_top_tokens
                (+ exact_continuation_counts, backoff_next_tokens with --keep-counts)
 
@@ -124,19 +124,22 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
 
 def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None) -> None:
     """For each context length, every table of that length from the train positions' keys at it
-    (position_keys through the length_keys view), appended. Each grouping is one length's share
+    (position_keys through the length_keys view and the counts over it), appended. Each grouping is one length's share
     of the whole, so large builds stay within the memory limit. into(name) names the table a file
     writes to instead of its own (an update's delta tables)."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
     started: set[str] = set()
     for ctx_len in progress(lengths, desc="n-gram tables", unit="length"):
-        wh.materialize("tables/length_keys", {"ctx_len": ctx_len}, view=True)
+        # views, made again for each length (a Spark view holds the plan it was made from)
+        for view in ("tables/length_keys", "tables/length_continuations", "tables/length_next_tokens"):
+            wh.materialize(view, {"ctx_len": ctx_len}, view=True)
         for name, table_lengths, params in tables:
             if ctx_len in table_lengths:
                 target = {"into": into(name), "temp": True} if into else {}
                 wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
                 started.add(name)
-    wh.drop_view("length_keys")
+    for view in ("length_next_tokens", "length_continuations", "length_keys"):
+        wh.drop_view(view)
 
 
 def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> None:

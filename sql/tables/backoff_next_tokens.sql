@@ -1,6 +1,6 @@
 -- out: backoff_next_tokens
 -- grain: ctx_len, ctx_hash, token_id
--- reads: length_keys
+-- reads: length_next_tokens
 -- params: $ctx_len INTEGER
 -- (built with --keep-counts only) The backoff counts in full: per context, how often each next
 -- token followed it in train, and when it was first seen; what an incremental update merges
@@ -9,8 +9,6 @@ select
     $ctx_len::integer as ctx_len,
     ctx_hash,
     token_id,
-    count(*) as count,
-    min(backoff_order) as first_seen
-from length_keys
-where backoff_order is not null
-group by ctx_hash, token_id
+    count,
+    first_seen
+from length_next_tokens

@@ -1,6 +1,6 @@
 -- out: exact_continuation_counts
 -- grain: ctx_len, ctx_hash, continuation_hash
--- reads: length_keys
+-- reads: length_continuations
 -- params: $ctx_len INTEGER
 -- (built with --keep-counts only) The global n-gram counts in full: per context, every
 -- draft_len-token continuation that followed it in train, how often, and where it was first seen
@@ -11,12 +11,8 @@ select
     $ctx_len::integer as ctx_len,
     ctx_hash,
     continuation_hash,
-    count(*) as count,
-    min(exact_order) as first_seen,
-    -- exact_order is unique per position, so this is the first-seen position's (trace id and
-    -- pos packed into one value, one aggregate instead of two)
-    arg_min(trace_id * 4294967296 + pos, exact_order) // 4294967296 as src_trace_id,
-    arg_min(trace_id * 4294967296 + pos, exact_order) % 4294967296 as src_pos
-from length_keys
-where exact_order is not null
-group by ctx_hash, continuation_hash
+    count,
+    first_seen,
+    src // 4294967296 as src_trace_id,
+    src % 4294967296 as src_pos
+from length_continuations

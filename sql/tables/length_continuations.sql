@@ -1,0 +1,18 @@
+-- out: length_continuations
+-- grain: ctx_hash, continuation_hash
+-- reads: length_keys
+-- params: (none)
+-- (a view, one context length at a time) Every draft_len-token continuation that followed each
+-- context of the length in train: how often, when first seen (train order), and where
+-- (src = trace_id * 2^32 + pos of the first-seen position: exact_order is unique per position;
+-- packed, one aggregate instead of two). What exact_continuations ranks, and with --keep-counts
+-- what exact_continuation_counts keeps.
+select
+    ctx_hash,
+    continuation_hash,
+    count(*) as count,
+    min(exact_order) as first_seen,
+    arg_min(trace_id * 4294967296 + pos, exact_order) as src
+from length_keys
+where exact_order is not null
+group by ctx_hash, continuation_hash
