@@ -131,7 +131,8 @@ def _index_counters(run: RunState) -> dict:
 def _build_candidates(run: RunState, built: str | None, key: str) -> str:
     from specdraft.drafters.candidates import build_candidates
 
-    build_candidates(run.wh, run.cfg, _tokenizer(run), run.path)
+    with run.wh.uncached():  # its statements read the n-gram tables and each other's, no temp table
+        build_candidates(run.wh, run.cfg, _tokenizer(run), run.path)
     return key
 
 
@@ -265,21 +266,24 @@ def _run_stage(stage: Stage, run: RunState):
                         if later.kept:  # built from the old tables: rebuild them too
                             run.wh.mark_built(later.name, None)
         output = stage.output(run)
-        release_unused_memory()
+        release_unused_memory(run.wh)
         return output
 
 
-def release_unused_memory() -> None:
-    """Give Arrow's freed memory back to the system: its allocator keeps freed pages for reuse
-    (123 MB after ingesting the development set), which DuckDB, allocating apart, cannot reuse."""
+def release_unused_memory(wh: Warehouse) -> None:
+    """Between stages, give back what the next stage would not reuse: Arrow's freed pages (its
+    allocator keeps them: 123 MB after ingesting the development set) and DuckDB's cache of the
+    blocks it has read and written (up to its memory limit: MEASURE after the n-gram tables)."""
     import pyarrow
 
     pyarrow.default_memory_pool().release_unused()
+    wh.release_cached_memory()
 
 
 def import_in_background(modules: tuple[str, ...]) -> None:
     """Start importing `modules` in a daemon thread, so that a stage that needs them later finds
-    them loaded; the earlier stages spend their time in DuckDB, which releases the GIL. An import
+    them loaded; the n-gram tables and candidates spend their time in DuckDB, which releases the
+    GIL (ingest does not: its Python took 2-3 s longer beside sklearn's 2.3 s import). An import
     that fails here fails again, with its error, where the stage imports it."""
     import importlib
     import threading
@@ -312,12 +316,13 @@ def run_until(last: str, cfg: RunConfig, inputs: RunInputs, timer: StageTimer | 
     with Warehouse(Path(inputs.warehouse), memory_limit=inputs.memory_limit, debug=inputs.debug,
                    dataset=inputs.dataset_name) as wh:
         run = RunState(cfg, inputs, wh, timer or StageTimer(), run_id, leave_one_out)
-        if STAGE_NAMES.index(last) >= STAGE_NAMES.index("calibrate"):
-            from specdraft.policy import policy_for
-
-            import_in_background(policy_for(cfg.preset).slow_imports)
         for stage in STAGES[: STAGE_NAMES.index(last) + 1]:
             output = _run_stage(stage, run)
+            if stage.name == "ingest" and STAGE_NAMES.index(last) >= STAGE_NAMES.index("calibrate"):
+                # after ingest, whose tokenizer forks and whose Python would share the GIL with it
+                from specdraft.policy import policy_for
+
+                import_in_background(policy_for(cfg.preset).slow_imports)
         return output
 
 

@@ -56,6 +56,7 @@ SELECTABLE = families.SELECTABLE
 # 1.0254 against 1.5658 / 1.0242).
 TREES = 100
 LEAVES = 63
+SCORE_ROWS = 1 << 16  # drafts scored at a time
 
 
 def feature_columns() -> tuple[str, ...]:
@@ -141,7 +142,10 @@ class ConfidencePolicy:
         compares, here and live (ranking by exp of it would be the same but for float ties)."""
         if drafts.num_rows == 0 or self.model is None:
             return np.zeros(drafts.num_rows)
-        return raw_predict(self.model, feature_matrix(drafts))
+        # a slice at a time: the feature matrix and sklearn's copies of it stay small (each row's
+        # prediction is its own, so slicing changes no value)
+        return np.concatenate([raw_predict(self.model, feature_matrix(drafts.slice(start, SCORE_ROWS)))
+                               for start in range(0, drafts.num_rows, SCORE_ROWS)])
 
     def model_table(self) -> pa.Table | None:
         """The trees as a node table (trees.NODE_COLUMNS), recorded with the run for export."""

@@ -14,7 +14,7 @@ import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -93,6 +93,7 @@ class Warehouse:
     # Each dataset's tables live in a schema named after it; runs and the catalog live in main.
     dataset: str | None = None
     con: duckdb.DuckDBPyConnection | None = None
+    _uncached: bool = field(default=False, init=False, repr=False)  # see uncached()
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -149,6 +150,35 @@ class Warehouse:
     @property
     def traces_dir(self) -> Path:
         return self.root / "traces"
+
+    @contextmanager
+    def uncached(self):
+        """Inside the block each materialize and store empties DuckDB's cache when done: for a
+        stage of many statements over persistent tables (candidates), whose blocks would
+        otherwise pile up in the cache, so that its peak is one statement's working set. Not for
+        a block whose statements share a large temp table: evicting it would spill it to disk."""
+        self._uncached = True
+        try:
+            yield
+        finally:
+            self._uncached = False
+
+    def _statement_done(self) -> None:
+        if self._uncached:
+            self.release_cached_memory()
+
+    def release_cached_memory(self) -> None:
+        """Give back the memory DuckDB keeps between statements: the blocks of tables it has read
+        or written, which it caches up to its memory limit (they are on disk, and are read again
+        when needed), and the pages its allocator keeps after a drop. Lowering the limit evicts
+        them; it is then set back. Blocks that cannot be evicted (an open transaction's) stay."""
+        limit = self.con.execute("select current_setting('memory_limit')").fetchone()[0]
+        try:
+            self.con.execute("set memory_limit = '1MB'")
+        except duckdb.Error:  # pinned blocks above the small limit: evicting what it could is enough
+            pass
+        finally:
+            self.con.execute("set memory_limit = ?", [limit])
 
     def close(self) -> None:
         if self.con is not None:
@@ -237,6 +267,7 @@ class Warehouse:
             kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
             statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
+        self._statement_done()
 
     def apply(self, name: str, params: dict[str, Any] | None = None) -> None:
         """Run `sql/<name>.sql` as written: a statement that changes its `out` table in place
@@ -268,6 +299,7 @@ class Warehouse:
                 self.con.execute(f"create or replace table {target} as select * from _specdraft_arrow")
         finally:
             self.con.unregister("_specdraft_arrow")
+        self._statement_done()
 
     def load_parquet(self, table: str, files: str) -> None:
         """Replace `table` with the rows of Parquet files (a path or glob) written by another
