@@ -149,3 +149,19 @@ def test_slow_imports_load_in_a_background_thread():
     for thread in [t for t in threading.enumerate() if t.name == "slow-imports"]:
         thread.join(30)
     assert name in sys.modules
+
+
+def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monkeypatch):
+    """policy.score cuts the drafts into slices of SCORE_ROWS (a memory bound); the predictions are
+    those of one call over every row, bit for bit, with slices that split positions anywhere."""
+    from specdraft.policy import confidence
+    from specdraft.warehouse.connection import Warehouse
+
+    with Warehouse(leave_one_out_run[0], read_only=True, dataset="parity_traces") as wh:
+        policy = confidence.ConfidencePolicy.calibrate(wh, RunConfig(**FLAGS))
+        drafts = wh.run_text("select * from candidate_features where split = 'eval'").to_arrow_table()
+    whole = confidence.raw_predict(policy.model, confidence.feature_matrix(drafts))
+    monkeypatch.setattr(confidence, "SCORE_ROWS", 7)
+    assert drafts.num_rows > 10 * 7
+    sliced = policy.score(drafts)
+    assert sliced.shape == whole.shape and (sliced == whole).all()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -559,6 +560,35 @@ def test_memory_limit_is_duckdbs_share_and_spills_to_the_warehouse(tmp_path):
     # DuckDB shows the limit in MiB, cut to one decimal
     assert abs(size_bytes(setting) - 0.7 * 1000**3) < 0.1 * 1024**2
     assert temp == str(tmp_path / "tmp")
+
+
+def _duckdb_bytes(wh: Warehouse) -> int:
+    return wh.run_text("select sum(memory_usage_bytes) from duckdb_memory()").fetchall()[0][0]
+
+
+def test_releasing_the_cache_evicts_table_blocks_and_keeps_the_limit(tmp_path):
+    """release_cached_memory evicts the blocks DuckDB caches after a statement (here a 16 MB
+    table of random numbers it wrote and then read), and the memory limit is what it was; uncached() does it after
+    each materialize or store, and only inside its block."""
+    with Warehouse(tmp_path, memory_limit="1GB") as wh:
+        limit = wh.run_text("select current_setting('memory_limit')").fetchall()[0][0]
+
+        numbers = pa.table({"n": np.random.default_rng(0).integers(0, 2**62, 2_000_000)})  # incompressible
+
+        def cache_a_table():
+            wh.store("numbers", numbers)
+            wh.run_text("select sum(n) from numbers").fetchall()
+            return _duckdb_bytes(wh)
+
+        assert cache_a_table() > 8 * 1024**2
+        wh.release_cached_memory()
+        assert _duckdb_bytes(wh) < 2 * 1024**2
+        assert wh.run_text("select current_setting('memory_limit')").fetchall()[0][0] == limit
+        assert cache_a_table() > 8 * 1024**2  # outside uncached(): kept
+        with wh.uncached():
+            wh.store("numbers", numbers)
+            assert _duckdb_bytes(wh) < 2 * 1024**2
+        assert wh.run_text("select count(*) from numbers").fetchall()[0][0] == 2_000_000
 
 
 def test_a_tiny_memory_budget_spills_and_gives_the_same_results(tmp_path):
