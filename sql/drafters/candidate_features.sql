@@ -9,19 +9,22 @@
 -- Each position's counts are grouped (coarser prefixes from finer ones) and joined back: a window
 -- per prefix would sort every draft row five times.
 with drafts as not materialized (
-    -- the first 8 tokens as columns, null past the draft's end (no token is null, so a 2-token
-    -- draft's (a, b, null, ...) matches only another 2-token draft a, b); not materialized: each
-    -- use reads candidates again rather than holding a copy of every draft
+    -- the first 8 tokens as columns, -1 past the draft's end (no token id is negative, so a
+    -- 2-token draft's (a, b, -1, ...) matches only another 2-token draft a, b; plain equality
+    -- joins, faster than IS NOT DISTINCT FROM over nulls); not materialized: each use reads
+    -- candidates again rather than holding a copy of every draft
     select
         *,
-        draft[1] as t1,
-        draft[2] as t2,
-        draft[3] as t3,
-        draft[4] as t4,
-        draft[5] as t5,
-        draft[6] as t6,
-        draft[7] as t7,
-        draft[8] as t8
+        coalesce(draft[1], -1) as t1,
+        coalesce(draft[2], -1) as t2,
+        coalesce(draft[3], -1) as t3,
+        coalesce(draft[4], -1) as t4,
+        coalesce(draft[5], -1) as t5,
+        coalesce(draft[6], -1) as t6,
+        coalesce(draft[7], -1) as t7,
+        coalesce(draft[8], -1) as t8,
+        -- with nulls past the end: two short drafts' starts never compare equal
+        row(draft[1], draft[2], draft[3], draft[4]) as start4
     from candidates
 ),
 prefix8 as (
@@ -54,9 +57,9 @@ positions as (
         coalesce(max(case when family = 'recent-copy' then ctx_len end), 0) as longest_recent_copy,
         coalesce(max(case when family = 'ngram-all' then ctx_len end), 0) as longest_ngram,
         coalesce(max(case when family = 'copy' then ctx_len end), 0) as longest_copy,
-        arg_max(case when family = 'recent-copy' then row(t1, t2, t3, t4) end,
+        arg_max(case when family = 'recent-copy' then start4 end,
             case when family = 'recent-copy' then ctx_len end) as recent_copy_start,
-        arg_max(case when family = 'ngram-all' then row(t1, t2, t3, t4) end,
+        arg_max(case when family = 'ngram-all' then start4 end,
             case when family = 'ngram-all' then ctx_len end) as ngram_start
     from drafts
     group by trace_id, pos
@@ -83,22 +86,20 @@ select
     p.longest_recent_copy,
     p.longest_ngram,
     p.longest_copy,
-    len(list_distinct(d.draft)) as distinct_tokens,
+    -- the tokens at their first occurrence (twice as fast as list_distinct on 16-token lists)
+    len(list_filter(range(1, len(d.draft) + 1), lambda i: list_position(d.draft, d.draft[i]) = i)) as distinct_tokens,
     -- agreement with the position's longest recent copy and longest n-gram drafts
     coalesce(d.t1 = p.recent_copy_start[1], false)::integer as agree_recent_copy1,
-    coalesce(row(d.t1, d.t2, d.t3, d.t4) = p.recent_copy_start, false)::integer as agree_recent_copy4,
+    coalesce(d.start4 = p.recent_copy_start, false)::integer as agree_recent_copy4,
     coalesce(d.t1 = p.ngram_start[1], false)::integer as agree_ngram1,
-    coalesce(row(d.t1, d.t2, d.t3, d.t4) = p.ngram_start, false)::integer as agree_ngram4,
+    coalesce(d.start4 = p.ngram_start, false)::integer as agree_ngram4,
     -- tells drafts apart when several are verified together (multi-draft metrics)
     hash(d.draft) as draft_key
 from drafts as d
 join positions as p on p.trace_id = d.trace_id and p.pos = d.pos
-join prefix1 as p1 on p1.trace_id = d.trace_id and p1.pos = d.pos and p1.t1 is not distinct from d.t1
-join prefix2 as p2 on p2.trace_id = d.trace_id and p2.pos = d.pos and p2.t1 is not distinct from d.t1
-    and p2.t2 is not distinct from d.t2
-join prefix4 as p4 on p4.trace_id = d.trace_id and p4.pos = d.pos and p4.t1 is not distinct from d.t1
-    and p4.t2 is not distinct from d.t2 and p4.t3 is not distinct from d.t3 and p4.t4 is not distinct from d.t4
-join prefix8 as p8 on p8.trace_id = d.trace_id and p8.pos = d.pos and p8.t1 is not distinct from d.t1
-    and p8.t2 is not distinct from d.t2 and p8.t3 is not distinct from d.t3 and p8.t4 is not distinct from d.t4
-    and p8.t5 is not distinct from d.t5 and p8.t6 is not distinct from d.t6 and p8.t7 is not distinct from d.t7
-    and p8.t8 is not distinct from d.t8
+join prefix1 as p1 on p1.trace_id = d.trace_id and p1.pos = d.pos and p1.t1 = d.t1
+join prefix2 as p2 on p2.trace_id = d.trace_id and p2.pos = d.pos and p2.t1 = d.t1 and p2.t2 = d.t2
+join prefix4 as p4 on p4.trace_id = d.trace_id and p4.pos = d.pos and p4.t1 = d.t1 and p4.t2 = d.t2
+    and p4.t3 = d.t3 and p4.t4 = d.t4
+join prefix8 as p8 on p8.trace_id = d.trace_id and p8.pos = d.pos and p8.t1 = d.t1 and p8.t2 = d.t2
+    and p8.t3 = d.t3 and p8.t4 = d.t4 and p8.t5 = d.t5 and p8.t6 = d.t6 and p8.t7 = d.t7 and p8.t8 = d.t8
