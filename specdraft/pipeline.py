@@ -117,7 +117,8 @@ def _build_ngram_tables(run: RunState, built: str | None, key: str) -> str:
         tables = build_on_spark(run.cfg, run.path, spark_dir, run.inputs.spark_master, run.inputs.memory_limit)
         load_into_warehouse(run.wh, spark_dir, tables)
     else:
-        build_ngram_tables(run.wh, run.cfg, run.path)
+        with run.wh.uncached():  # each length's tables are written, and evicted, one by one
+            build_ngram_tables(run.wh, run.cfg, run.path)
     return key
 
 
@@ -131,7 +132,7 @@ def _index_counters(run: RunState) -> dict:
 def _build_candidates(run: RunState, built: str | None, key: str) -> str:
     from specdraft.drafters.candidates import build_candidates
 
-    with run.wh.uncached():  # its statements read the n-gram tables and each other's, no temp table
+    with run.wh.uncached():  # its statements read the n-gram tables and each other's tables
         build_candidates(run.wh, run.cfg, _tokenizer(run), run.path)
     return key
 
@@ -266,18 +267,8 @@ def _run_stage(stage: Stage, run: RunState):
                         if later.kept:  # built from the old tables: rebuild them too
                             run.wh.mark_built(later.name, None)
         output = stage.output(run)
-        release_unused_memory(run.wh)
+        run.wh.release_cached_memory()  # what the next stage would not reuse
         return output
-
-
-def release_unused_memory(wh: Warehouse) -> None:
-    """Between stages, give back what the next stage would not reuse: Arrow's freed pages (its
-    allocator keeps them: 123 MB after ingesting the development set) and DuckDB's cache of the
-    blocks it has read and written (up to its memory limit: MEASURE after the n-gram tables)."""
-    import pyarrow
-
-    pyarrow.default_memory_pool().release_unused()
-    wh.release_cached_memory()
 
 
 def import_in_background(modules: tuple[str, ...]) -> None:

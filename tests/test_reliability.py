@@ -585,6 +585,12 @@ def test_releasing_the_cache_evicts_table_blocks_and_keeps_the_limit(tmp_path):
         assert _duckdb_bytes(wh) < 2 * 1024**2
         assert wh.run_text("select current_setting('memory_limit')").fetchall()[0][0] == limit
         assert cache_a_table() > 8 * 1024**2  # outside uncached(): kept
+        wh.run_text("create temp table kept as select * from numbers")  # a build intermediate
+        wh.release_cached_memory()
+        in_memory = wh.run_text("select memory_usage_bytes from duckdb_memory() where tag = 'IN_MEMORY_TABLE'")
+        assert in_memory.fetchall()[0][0] > 8 * 1024**2  # temp tables stay: evicting them would spill
+        assert not list((tmp_path / "tmp").glob("*"))
+        wh.drop("kept")
         with wh.uncached():
             wh.store("numbers", numbers)
             assert _duckdb_bytes(wh) < 2 * 1024**2

@@ -60,41 +60,49 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     step_total = np.ones((n, draft_len), dtype=np.int64)
     n_steps = np.zeros(n, dtype=np.int64)
     if n and lengths:
-        hashes = RowPrefixHashes(matrix, width + draft_len)
-        active = np.arange(n)
-        for step in range(draft_len):
-            probe_rows, probe_lens, probe_keys = [], [], []
-            end = width + step
-            for ctx_len in lengths:
-                rows = active[known[active] + step >= ctx_len]
-                if len(rows):
-                    probe_rows.append(rows)
-                    probe_lens.append(np.full(len(rows), ctx_len, dtype=np.int32))
-                    probe_keys.append(hashes.window_keys(rows, end - ctx_len, end))
-            if not probe_rows:
-                break
-            probes = pa.table(
-                {
-                    "probe_id": np.concatenate(probe_rows),
-                    "ctx_len": np.concatenate(probe_lens),
-                    "ctx_hash": np.concatenate(probe_keys),
-                }
-            )
-            wh.register("backoff_probes", probes)
-            hits = wh.query("drafters/backoff_probe_hits").fetchnumpy()
-            hit_rows = hits["probe_id"].astype(np.int64)
-            next_column = np.zeros(n, dtype=np.int64)
-            next_column[hit_rows] = hits["token_id"]
-            drafts[hit_rows, step] = hits["token_id"]
-            step_ctx[hit_rows, step] = hits["ctx_len"]
-            step_count[hit_rows, step] = hits["count"]
-            step_total[hit_rows, step] = hits["total"]
-            n_steps[hit_rows] += 1
-            hashes.append(next_column)
-            active = np.sort(hit_rows)
-            if not len(active):
-                break
+        with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
+            _walk(lookups, lengths, width, known, matrix, drafts, step_ctx, step_count, step_total, n_steps)
     return _as_table(trace_ids, known, drafts, step_ctx, step_count, step_total, n_steps)
+
+
+def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray, drafts: np.ndarray,
+          step_ctx: np.ndarray, step_count: np.ndarray, step_total: np.ndarray, n_steps: np.ndarray) -> None:
+    """The draft_len steps of every walk, longest lengths first: fills the step arrays in place."""
+    n, draft_len = drafts.shape
+    hashes = RowPrefixHashes(matrix, width + draft_len)
+    active = np.arange(n)
+    for step in range(draft_len):
+        probe_rows, probe_lens, probe_keys = [], [], []
+        end = width + step
+        for ctx_len in lengths:
+            rows = active[known[active] + step >= ctx_len]
+            if len(rows):
+                probe_rows.append(rows)
+                probe_lens.append(np.full(len(rows), ctx_len, dtype=np.int32))
+                probe_keys.append(hashes.window_keys(rows, end - ctx_len, end))
+        if not probe_rows:
+            break
+        probes = pa.table(
+            {
+                "probe_id": np.concatenate(probe_rows),
+                "ctx_len": np.concatenate(probe_lens),
+                "ctx_hash": np.concatenate(probe_keys),
+            }
+        )
+        wh.register("backoff_probes", probes)
+        hits = wh.query("drafters/backoff_probe_hits").fetchnumpy()
+        hit_rows = hits["probe_id"].astype(np.int64)
+        next_column = np.zeros(n, dtype=np.int64)
+        next_column[hit_rows] = hits["token_id"]
+        drafts[hit_rows, step] = hits["token_id"]
+        step_ctx[hit_rows, step] = hits["ctx_len"]
+        step_count[hit_rows, step] = hits["count"]
+        step_total[hit_rows, step] = hits["total"]
+        n_steps[hit_rows] += 1
+        hashes.append(next_column)
+        active = np.sort(hit_rows)
+        if not len(active):
+            break
 
 
 def _as_table(trace_ids, positions, drafts, step_ctx, step_count, step_total, n_steps) -> pa.Table:

@@ -9,6 +9,7 @@ the connection (tests/test_layout.py checks).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import duckdb
+import pyarrow
 
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.failpoints import reach
@@ -152,11 +154,31 @@ class Warehouse:
         return self.root / "traces"
 
     @contextmanager
+    def outside_transaction(self):
+        """This warehouse on a second connection to its database (a DuckDB cursor) that reads
+        committed tables only, outside this connection's transaction: for many small statements
+        over Arrow tables registered from Python. Inside a transaction DuckDB keeps every table
+        registered in it alive until the transaction ends, unregistered or not (the backoff walk's
+        16 steps of probes held 200 MB until the candidates stage committed); outside, each goes
+        when its statement is done."""
+        other = copy.copy(self)
+        other.con = self.con.cursor()
+        other._lock = None
+        other.read_only = True  # nothing is written there
+        other._uncached = False
+        try:
+            if self.dataset:
+                other.use_dataset(self.dataset)
+            yield other
+        finally:
+            other.con.close()
+
+    @contextmanager
     def uncached(self):
-        """Inside the block each materialize and store empties DuckDB's cache when done: for a
-        stage of many statements over persistent tables (candidates), whose blocks would
-        otherwise pile up in the cache, so that its peak is one statement's working set. Not for
-        a block whose statements share a large temp table: evicting it would spill it to disk."""
+        """Inside the block each materialize (of a table) and store empties DuckDB's cache of
+        table blocks when done (release_cached_memory): for a stage of many statements, whose
+        blocks would otherwise pile up in the cache, so that its peak is one statement's working
+        set and what the statements share (temp tables stay in memory)."""
         self._uncached = True
         try:
             yield
@@ -168,17 +190,24 @@ class Warehouse:
             self.release_cached_memory()
 
     def release_cached_memory(self) -> None:
-        """Give back the memory DuckDB keeps between statements: the blocks of tables it has read
-        or written, which it caches up to its memory limit (they are on disk, and are read again
-        when needed), and the pages its allocator keeps after a drop. Lowering the limit evicts
-        them; it is then set back. Blocks that cannot be evicted (an open transaction's) stay."""
-        limit = self.con.execute("select current_setting('memory_limit')").fetchone()[0]
+        """Give back the memory DuckDB keeps between statements: the blocks of stored tables it has
+        read or written, which it caches up to its memory limit (they are on disk, in the
+        database file or the transaction's own writes, and are read again when needed), and the
+        pages its allocator keeps after a statement. Lowering the limit to what is in use less
+        those blocks evicts them and them only (temp tables are not evicted: they would spill to
+        disk); the limit is then set back."""
+        usage = dict(self.con.execute("select tag, memory_usage_bytes from duckdb_memory()").fetchall())
+        keep = sum(usage.values()) - usage.get("BASE_TABLE", 0) + 1024**2
+        limit = self.con.execute("select current_setting('memory_limit')").fetchall()[0][0]
         try:
-            self.con.execute("set memory_limit = '1MB'")
-        except duckdb.Error:  # pinned blocks above the small limit: evicting what it could is enough
+            self.con.execute("set memory_limit = ?", [f"{keep // 1024}KB"])
+        except duckdb.Error:  # pinned blocks above the lower limit: evicting what it could is enough
             pass
         finally:
             self.con.execute("set memory_limit = ?", [limit])
+        # Arrow's allocator keeps freed pages for reuse too (123 MB after ingesting the development
+        # set), which DuckDB, allocating apart, cannot reuse
+        pyarrow.default_memory_pool().release_unused()
 
     def close(self) -> None:
         if self.con is not None:
@@ -267,7 +296,8 @@ class Warehouse:
             kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
             statement = f"create or replace {kind} {target} as\n{sql_file.text}"
         self._execute(sql_file, statement, params or {})
-        self._statement_done()
+        if not view:
+            self._statement_done()
 
     def apply(self, name: str, params: dict[str, Any] | None = None) -> None:
         """Run `sql/<name>.sql` as written: a statement that changes its `out` table in place
