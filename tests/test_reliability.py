@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -595,6 +596,40 @@ def test_releasing_the_cache_evicts_table_blocks_and_keeps_the_limit(tmp_path):
             wh.store("numbers", numbers)
             assert _duckdb_bytes(wh) < 2 * 1024**2
         assert wh.run_text("select count(*) from numbers").fetchall()[0][0] == 2_000_000
+
+
+def test_outside_transaction_reads_committed_tables_and_lets_registered_tables_go(tmp_path):
+    """Inside a transaction DuckDB keeps every registered Arrow table alive until it ends; the
+    second connection of outside_transaction() reads the committed tables (of the dataset's
+    schema), not the transaction's own, and holds no table it was given once its statement is done."""
+    import gc
+    import tracemalloc
+
+    def traced() -> int:
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+
+    with Warehouse(tmp_path, dataset="numbers_set") as wh:
+        wh.store("committed", pa.table({"k": np.arange(10, dtype=np.int64)}))
+        wh.con.execute("begin transaction")
+        wh.store("uncommitted", pa.table({"k": np.arange(3, dtype=np.int64)}))
+        tracemalloc.start()
+        try:
+            for use, kept in ((wh, True), (None, False)):
+                before = traced()
+                with wh.outside_transaction() if use is None else nullcontext(wh) as reader:
+                    for _ in range(3):  # 3 x 40 MB
+                        reader.register("probes", pa.table({"k": np.arange(5_000_000, dtype=np.int64)}))
+                        hits = reader.run_text("select count(*) from probes join committed using (k)").fetchall()
+                        assert hits == [(10,)]
+                grew = traced() - before
+                assert (grew > 100 * 1024**2) == kept, grew
+        finally:
+            tracemalloc.stop()
+        with wh.outside_transaction() as reader:
+            with pytest.raises(SpecdraftError, match="uncommitted"):
+                reader.run_text("select * from uncommitted").fetchall()
+        wh.con.execute("rollback")
 
 
 def test_a_tiny_memory_budget_spills_and_gives_the_same_results(tmp_path):
