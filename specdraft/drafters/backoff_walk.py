@@ -52,23 +52,22 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     lengths = sorted(cfg.effective_backoff_lengths, reverse=True)
     width = max(lengths) if lengths else 1
     trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
+    with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
+        steps = _walk(lookups, lengths, width, known, matrix, cfg.draft_len)
+    return _as_table(trace_ids, known, *steps)
+
+
+def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray, draft_len: int):
+    """The draft_len steps of every walk, longest lengths first: each walk's drafted tokens and,
+    per step, the context length, count and total it took them from, and its number of steps."""
     n = len(known)
-    draft_len = cfg.draft_len
     drafts = np.full((n, draft_len), PAD, dtype=np.int64)
     step_ctx = np.zeros((n, draft_len), dtype=np.int64)
     step_count = np.zeros((n, draft_len), dtype=np.int64)
     step_total = np.ones((n, draft_len), dtype=np.int64)
     n_steps = np.zeros(n, dtype=np.int64)
-    if n and lengths:
-        with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
-            _walk(lookups, lengths, width, known, matrix, drafts, step_ctx, step_count, step_total, n_steps)
-    return _as_table(trace_ids, known, drafts, step_ctx, step_count, step_total, n_steps)
-
-
-def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray, drafts: np.ndarray,
-          step_ctx: np.ndarray, step_count: np.ndarray, step_total: np.ndarray, n_steps: np.ndarray) -> None:
-    """The draft_len steps of every walk, longest lengths first: fills the step arrays in place."""
-    n, draft_len = drafts.shape
+    if not n or not lengths:
+        return drafts, step_ctx, step_count, step_total, n_steps
     hashes = RowPrefixHashes(matrix, width + draft_len)
     active = np.arange(n)
     for step in range(draft_len):
@@ -103,6 +102,7 @@ def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matr
         active = np.sort(hit_rows)
         if not len(active):
             break
+    return drafts, step_ctx, step_count, step_total, n_steps
 
 
 def _as_table(trace_ids, positions, drafts, step_ctx, step_count, step_total, n_steps) -> pa.Table:
