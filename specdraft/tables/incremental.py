@@ -2,7 +2,8 @@
 the appended traces alone instead of rebuilding them.
 
     selected_traces           += the appended traces within the limits
-    position_keys              = their positions only, in train order after every earlier trace
+    position_keys              = their train positions only, in train order after every earlier trace
+    query_position_keys        = their calibration and eval positions
     query_context_keys        += their calibration and eval keys
     exact_continuation_counts <- merged with the appended traces' counts (the delta)
     exact_continuations       <- re-ranked, for the contexts the delta touched only
@@ -86,6 +87,7 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
         lambda: build_hash_powers(wh),
         lambda: build_position_keys(wh, cfg, from_trace_id),
         lambda: wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)}, append=True),
+        lambda: wh.drop("query_position_keys"),
         # sql/tables/<count table>.sql over the appended positions, into temp <count table>_delta
         lambda: build_per_length(wh, count_tables(cfg), into=lambda name: f"{name.rsplit('/', 1)[-1]}_delta"),
         lambda: wh.apply("tables/incremental/exact_continuation_counts"),

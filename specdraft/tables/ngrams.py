@@ -1,7 +1,8 @@
 """Stage 4: the n-gram tables, built in DuckDB from the traces Parquet.
 
-    selected_traces (+ hash_powers) -> position_keys (every position's keys at every length)
-        -> query_context_keys
+    selected_traces (+ hash_powers) -> query_position_keys (calibration and eval keys)
+                                         -> query_context_keys
+                                    -> position_keys (train positions' keys at every table length)
         -> per context length: length_keys -> length_continuations, length_next_tokens (views)
             -> exact_continuations, backoff_top_tokens
                (+ exact_continuation_counts, backoff_next_tokens with --keep-counts)
@@ -31,9 +32,9 @@ class TableBuilder(Protocol):
     (DuckDB) and tables.spark.SparkTables (Spark) implement it."""
 
     def materialize(self, name: str, params: dict[str, Any] | None = None, *, append: bool = False,
-                    temp: bool = False, view: bool = False) -> None:
-        """Run sql/<name>.sql into its out table: kept, temp=True an intermediate, view=True a view;
-        append=True adds rows."""
+                    temp: bool = False, view: bool = False, into: str | None = None) -> None:
+        """Run sql/<name>.sql into its out table (or into=, another of the same grain): kept,
+        temp=True an intermediate, view=True a view; append=True adds rows."""
 
     def query(self, name: str, params: dict[str, Any] | None = None) -> Rows:
         """Run sql/<name>.sql for its rows."""
@@ -71,9 +72,9 @@ def build_hash_powers(wh: TableBuilder) -> None:
         span *= 2
 
 
-def key_lengths(cfg: RunConfig) -> list[int]:
-    """Every context length some source looks up."""
-    return sorted({*cfg.context_lengths, *cfg.backoff_context_lengths, *cfg.copy_context_lengths})
+def table_lengths(cfg: RunConfig) -> list[int]:
+    """The lengths the n-gram and backoff tables are built at (train positions' keys)."""
+    return sorted({*cfg.context_lengths, *cfg.backoff_context_lengths})
 
 
 def query_lengths(cfg: RunConfig) -> list[int]:
@@ -82,24 +83,24 @@ def query_lengths(cfg: RunConfig) -> list[int]:
 
 
 def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> None:
-    """Positions and their context keys at every length, of the selected traces from
-    from_trace_id on; the hash powers they were made with are dropped."""
+    """The positions and context keys of the selected traces from from_trace_id on: train's at
+    the table lengths (position_keys), calibration's and eval's at the query lengths
+    (query_position_keys); the hash powers they were made with are dropped. Two tables, so that
+    neither holds keys it is not read at."""
     tail = power_params(cfg.draft_len - 1)
-    wh.materialize(
-        "tables/position_keys",
-        {
-            "draft_len": cfg.draft_len,
-            "from_trace_id": from_trace_id,
-            "max_index_positions": cfg.max_index_positions,
-            "backoff_max_index_positions": cfg.backoff_max_index_positions,
-            "tail1": tail["pow1"],
-            "tail2": tail["pow2"],
-            "ctx_len": key_lengths(cfg),
-            **inverse_params(1),
-            **hash_params(),
-        },
-        temp=True,
-    )
+    params = {
+        "draft_len": cfg.draft_len,
+        "from_trace_id": from_trace_id,
+        "max_index_positions": cfg.max_index_positions,
+        "backoff_max_index_positions": cfg.backoff_max_index_positions,
+        "tail1": tail["pow1"],
+        "tail2": tail["pow2"],
+        **inverse_params(1),
+        **hash_params(),
+    }
+    wh.materialize("tables/position_keys", {**params, "train": False, "ctx_len": query_lengths(cfg)},
+                   into="query_position_keys", temp=True)
+    wh.materialize("tables/position_keys", {**params, "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
     wh.drop("hash_powers")
 
 
@@ -150,6 +151,7 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
     build_hash_powers(wh)
     build_position_keys(wh, cfg)
     wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)})
+    wh.drop("query_position_keys")
     build_per_length(wh, length_tables(cfg))
     wh.drop("position_keys")
 

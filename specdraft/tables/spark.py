@@ -165,9 +165,9 @@ class SparkTables:
             raise SpecdraftError(f"{sql_file.path.name}: {exc}") from exc
 
     def materialize(self, name: str, params: dict[str, Any] | None = None, *, append: bool = False,
-                    temp: bool = False, view: bool = False) -> None:
+                    temp: bool = False, view: bool = False, into: str | None = None) -> None:
         sql_file, frame = self._sql(name, params)
-        out = sql_file.out
+        out = into or sql_file.out
         if view:
             frame.createOrReplaceTempView(out)
         elif temp or (append and out in self._intermediates):

@@ -1,9 +1,10 @@
 -- out: position_keys
 -- grain: trace_id, pos
 -- reads: selected_traces, hash_powers
--- params: $draft_len BIGINT, $max_index_positions BIGINT, $backoff_max_index_positions BIGINT, $tail1 BIGINT, $tail2 BIGINT, $inv1 BIGINT, $inv2 BIGINT, $p1 BIGINT, $p2 BIGINT, $from_trace_id BIGINT, $ctx_len INTEGER[]
--- (a build intermediate) One row per token of every selected trace (pos counts from 0 at the
--- first prompt token) with its context key at each context length some source looks up:
+-- params: $draft_len BIGINT, $max_index_positions BIGINT, $backoff_max_index_positions BIGINT, $tail1 BIGINT, $tail2 BIGINT, $inv1 BIGINT, $inv2 BIGINT, $p1 BIGINT, $p2 BIGINT, $from_trace_id BIGINT, $train BOOLEAN, $ctx_len INTEGER[]
+-- (a build intermediate) One row per token of the selected train traces ($train), or of the
+-- calibration and eval traces (not $train, into query_position_keys), with its context key at
+-- each of the context lengths asked for (pos counts from 0 at the first prompt token):
 -- key_<L> is the key of tokens[pos - L .. pos - 1], the context a drafter sees when pos tokens
 -- are known (null when pos < L). The keys are made of
 --   term   = (token_id + 1) * B^-pos mod p, so the hash of tokens[a .. b - 1] is
@@ -23,6 +24,8 @@
 --   BackoffIndex adds (every token, under --backoff-max-index-positions), counted in train order.
 -- Only traces from $from_trace_id on get rows (0 in a full build; the first appended trace in an
 -- incremental update), but their index order counts every selected train trace before them.
+-- trace_id and pos are narrowed to INTEGER: the table holds every position, so each byte of a
+-- row is 2-3 MB per million train tokens (the split is not kept for the same reason).
 with train_offsets as (
     select
         trace_id,
@@ -37,20 +40,19 @@ with train_offsets as (
 ),
 tokens as (
     select
-        trace_id,
-        split,
+        trace_id::integer as trace_id,
         n_tokens,
         unnest(generate_series(0, n_tokens - 1)) as pos,
         unnest(tokens) as token_id
     from selected_traces
     where trace_id >= $from_trace_id
+        and (split = 'train') = $train
 ),
 terms as (
     select
         k.trace_id,
-        k.split,
         k.n_tokens,
-        k.pos,
+        k.pos::integer as pos,
         k.token_id,
         p.b1,
         p.b2,
@@ -65,7 +67,6 @@ terms as (
 positions as (
     select
         trace_id,
-        split,
         pos,
         token_id,
         sum(term1) over (w rows between unbounded preceding and current row)::bigint - term1 as c1,
@@ -92,7 +93,6 @@ positions as (
 )
 select
     trace_id,
-    split,
     pos,
     token_id,
     (c1 - lag(c1, {ctx_len}) over w) % $p1 * end_pow1 % $p1 * 2147483648 + (c2 - lag(c2, {ctx_len}) over w) % $p2 * end_pow2 % $p2 as key_{ctx_len},
