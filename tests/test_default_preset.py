@@ -62,7 +62,7 @@ def _selected_without(warehouse, family: str | None) -> float:
         # one OpenMP thread: the trees are the same, and on a busy machine a fit on all cores
         # spends most of its time in spin-waits (here up to 30 s a fit instead of 1 s)
         wh.use_dataset("parity_traces")
-        policy = ConfidencePolicy.fit(features("calibration"))
+        policy = ConfidencePolicy.fit(features("calibration"), 16)
         drafts = features("eval")
         positions = wh.run_text("select sum(n_tokens - prompt_len) from selected_traces "
                                    "where split = 'eval'").fetchall()[0][0]

@@ -595,3 +595,33 @@ def test_default_propose_many_is_the_runs_multi_draft(default_built, default_dra
             session.extend([tokens[pos]])
     for k, accepted in best.items():
         assert sum(accepted) / len(accepted) == results["multi_draft"][f"top{k}"]["avg_accepted"]
+
+
+def test_default_propose_tree_is_the_runs_token_tree(default_built, default_drafter):
+    """propose_tree(budget)'s trees, matched against each eval position's next tokens, give the
+    run's tree_b<budget> figure exactly; each is a tree of at most budget tokens whose parents come
+    first, and a bigger budget's tree holds the smaller's nodes."""
+    _, results = default_built
+    drafter = default_drafter
+    accepted = {16: [], 32: [], 64: []}
+    for _, prompt_len, tokens in _eval_traces(default_built[0]):
+        session = drafter.start(tokens[:prompt_len])
+        for pos in range(prompt_len, len(tokens)):
+            actual = tokens[pos : pos + drafter.draft_len]
+            trees = {budget: session.propose_tree(budget) for budget in accepted}
+            for budget, tree in trees.items():
+                assert len(tree.token_ids) == len(tree.parents) <= budget
+                assert all(-1 <= parent < i for i, parent in enumerate(tree.parents))
+                accepted[budget].append(tree.accepted(actual))
+            small, big = trees[16], trees[64]
+            assert big.token_ids[: len(small.token_ids)] == small.token_ids
+            session.extend([tokens[pos]])
+    for budget, values in accepted.items():
+        assert sum(values) / len(values) == results["multi_draft"][f"tree_b{budget}"]["avg_accepted"], budget
+    assert results["multi_draft"]["tree_b64"]["avg_accepted"] > results["selected"]["avg_accepted"]
+
+
+def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
+    _, prompt_len, tokens = seed_eval_traces[0]
+    with seed_drafter.start(tokens[:prompt_len]) as session, pytest.raises(ValueError, match="preset default"):
+        session.propose_tree(16)

@@ -38,6 +38,7 @@ from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.live import keys
 from specdraft.live.tables import ContextTable, segments_of
+from specdraft.policy.draft_trees import AcceptanceCurves
 from specdraft.policy.seed import SourceAveragePolicy
 from specdraft.policy.trees import NODE_COLUMNS as TREE_COLUMNS
 from specdraft.policy.trees import TreeEnsemble
@@ -216,6 +217,7 @@ class ConfidenceChoice:
     choices: tuple[str, ...]
     features: tuple[str, ...]  # the trees' input columns, in order (policy/confidence.py)
     trees: TreeEnsemble
+    curves: AcceptanceCurves | None = None  # the token trees' chances (policy/draft_trees.py)
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,9 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                 ensemble = TreeEnsemble(float(data["baseline"]), nodes, len(data["features"]))
             except SpecdraftError as exc:
                 raise SpecdraftError(f"{trees_path}: {exc}") from exc
-            return ConfidenceChoice(tuple(str(c) for c in data["choices"]), tuple(data["features"]), ensemble)
+            curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
+            return ConfidenceChoice(tuple(str(c) for c in data["choices"]), tuple(data["features"]), ensemble,
+                                    None if curves is None else AcceptanceCurves.from_dict(curves))
         calibration = {s: (int(v["positions"]), int(v["accepted_sum"])) for s, v in data["calibration"].items()}
         source_avg = {str(s): float(v) for s, v in data["source_avg"].items()}
         return SourceAveragePolicy(float(data["global_avg"]), source_avg, calibration)

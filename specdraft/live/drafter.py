@@ -60,6 +60,7 @@ from specdraft.live.confidence import (
 )
 from specdraft.live.tables import ContextTable
 from specdraft.policy.confidence import feature_columns
+from specdraft.policy.draft_trees import TREE_DRAFTS, TokenTree, best_tree
 from specdraft.policy.evaluate import NEAR_TIE
 
 B, M = keys.B, keys.M
@@ -222,17 +223,37 @@ class Session:
         self._check_open()
         if type(k) is not int or k < 1:
             raise ValueError(f"k must be a positive int, not {k!r}")
+        return [draft for draft, _ in self._best_distinct(k)]
+
+    def propose_tree(self, budget: int) -> TokenTree:
+        """A token tree of at most `budget` tokens for a tree verifier: the likeliest nodes of the
+        prefix tree of the TREE_DRAFTS best distinct drafts (policy/draft_trees.py), as
+        token_ids and parent indexes (-1: the node follows the known text), every parent before
+        its children. The run's tree_b<budget> figures are these trees'. --preset default only."""
+        self._check_open()
+        if type(budget) is not int or budget < 1:
+            raise ValueError(f"budget must be a positive int, not {budget!r}")
+        curves = getattr(self.drafter.policy, "curves", None)
+        if curves is None:
+            raise ValueError("token trees need a --preset default bundle exported by a specdraft that "
+                             "records acceptance curves")
+        best = self._best_distinct(TREE_DRAFTS)
+        return best_tree(curves, [draft for draft, _ in best], [score for _, score in best], budget)
+
+    def _best_distinct(self, k: int) -> list[tuple[list[int], float]]:
+        """The k best distinct drafts and their scores, best first (ties in family order; of a
+        draft proposed twice, its best-scored copy)."""
         candidates = self._candidates()
         picked, scores = self._scores(candidates)
         order = sorted(range(len(picked)), key=lambda i: (-scores[i], i))
-        drafts: list[list[int]] = []
+        best: list[tuple[list[int], float]] = []
         for i in order:
             draft = list(candidates[picked[i]].draft)
-            if draft not in drafts:
-                drafts.append(draft)
-                if len(drafts) == k:
+            if all(draft != seen for seen, _ in best):
+                best.append((draft, scores[i]))
+                if len(best) == k:
                     break
-        return drafts
+        return best
 
     def close(self) -> None:
         """End the request; the session's state is released. With online=True its tokens join

@@ -20,6 +20,7 @@ import pyarrow as pa
 from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
+from specdraft.policy.draft_trees import AcceptanceCurves
 from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
@@ -104,10 +105,12 @@ class ConfidencePolicy:
     calibration_positions: int
     excluded: tuple[str, ...] = ()
     trees: TreeEnsemble | None = None  # the model as the bundle stores it (trees.py), checked equal
+    curves: AcceptanceCurves | None = None  # how far drafts scored alike were accepted (token trees)
 
     @classmethod
-    def fit(cls, features: pa.Table, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
-        """Fit on the calibration drafts of the selectable families (less any excluded ones)."""
+    def fit(cls, features: pa.Table, draft_len: int, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
+        """Fit on the calibration drafts of the selectable families (less any excluded ones), and
+        read the acceptance curves the token trees use off the same drafts' predictions."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         keep = selectable(features, exclude_families)
@@ -130,12 +133,13 @@ class ConfidencePolicy:
         matrix = feature_matrix(keep)
         model.fit(matrix.astype(np.float64), accepted)
         trees = exported_trees(model, matrix)
+        curves = AcceptanceCurves.fit(raw_predict(model, matrix), accepted, draft_len)
         positions = len(set(zip(keep.column("trace_id").to_pylist(), keep.column("pos").to_pylist())))
-        return cls(model, keep.num_rows, positions, tuple(exclude_families), trees)
+        return cls(model, keep.num_rows, positions, tuple(exclude_families), trees, curves)
 
     @classmethod
     def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
-        return cls.fit(calibration_features(wh))
+        return cls.fit(calibration_features(wh), cfg.draft_len)
 
     def score(self, drafts: pa.Table) -> np.ndarray:
         """The model's raw (log-scale) prediction of each draft's accepted length: what the pick
@@ -166,7 +170,7 @@ class ConfidencePolicy:
         for family in SELECTABLE:
             if family not in results["per_source"]:
                 continue
-            without = ConfidencePolicy.fit(features, exclude_families=(family,))
+            without = ConfidencePolicy.fit(features, cfg.draft_len, exclude_families=(family,))
             avg = summarize(without.evaluate(wh, cfg, None, None).selected, cfg.draft_len)["avg_accepted"]
             table[family] = {"selected_without": avg, "marginal": full - avg}
         return table
@@ -182,6 +186,8 @@ class ConfidencePolicy:
             "calibration_positions": self.calibration_positions,
             # the raw prediction's constant term; the trees are the run's policy_trees rows
             "baseline": None if self.trees is None else self.trees.baseline,
+            # the token trees' chance per draft and depth (draft_trees.py), by raw prediction bin
+            "acceptance_curves": None if self.curves is None else self.curves.to_dict(),
         }
 
 

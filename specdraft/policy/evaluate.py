@@ -24,6 +24,8 @@ from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
+from specdraft.errors import SpecdraftError
+from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
@@ -43,8 +45,9 @@ class Evaluation:
     per_source: dict[str, np.ndarray]  # accepted per eval position, each family alone (0 if none)
     proposed: dict[str, int]  # positions where each family proposed a draft
     decode_step: np.ndarray  # accepted per decode-step call
-    multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k distinct drafts per position
+    multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k drafts, or a token tree's, per position
     positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
+    multi_draft_decode: dict[str, np.ndarray] | None = None  # the same verified at each decode step
 
 
 def accepted_prefix(draft, actual, limit: int) -> int:
@@ -258,7 +261,8 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
     all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)
     all_family = everything.column("family").to_numpy(zero_copy_only=False)
-    choice_rows = np.flatnonzero(np.isin(all_family, [f for f in families.SELECTABLE if f not in exclude_families]))
+    chosen_from = [f for f in families.SELECTABLE if f not in exclude_families]
+    choice_rows = np.flatnonzero(np.isin(all_family, chosen_from))
     choices = everything.take(pa.array(choice_rows))
     predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
     starts = _run_starts(flat)
@@ -276,6 +280,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         draft_keys = choices.column("draft_key").to_numpy()
         for k in MULTI_DRAFT:
             multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
+        # each token tree from the position's TREE_DRAFTS best distinct drafts, best first
+        tree_rows = top_distinct(predicted, flat, draft_keys, TREE_DRAFTS)
+        tree_drafts = (choices.column("trace_id").to_numpy()[tree_rows], choices.column("pos").to_numpy()[tree_rows])
+    del choices  # the features are not read again: the trees' tokens take their place
     per_source, proposed = {}, {}
     for name in dict.fromkeys(all_family.tolist()):
         # the source alone: its own best-scored draft at each position where it has one
@@ -286,10 +294,31 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         alone[all_flat[own_picks]] = all_accepted[own_picks]
         per_source[name] = alone
         proposed[name] = len(own_picks)
+    del everything
+    if len(starts) and policy.curves is not None:
+        drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_drafts)
+        trees = tree_accepted(policy.curves, predicted[tree_rows], accepted[tree_rows], flat[tree_rows], drafts,
+                              TREE_BUDGETS, n_positions)
+        multi.update({f"tree_b{budget}": values for budget, values in trees.items()})
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
+    multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
-    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions)
+    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode)
+
+
+def _eval_drafts(wh: Warehouse, chosen_from: list[str], choice_rows: np.ndarray, rows: np.ndarray,
+                 trace_ids: np.ndarray, positions: np.ndarray) -> pa.ListArray:
+    """The tokens of the chosen-from eval drafts at `rows` (of choice_rows, eval_features' rows of
+    the chosen-from families), checked to be those drafts'."""
+    drafts = wh.query("policy/eval_drafts", {"families": chosen_from}).to_arrow_table()
+    if drafts.num_rows != len(choice_rows):
+        raise SpecdraftError(f"eval_drafts.sql lists {drafts.num_rows} drafts, eval_features.sql {len(choice_rows)}")
+    drafts = drafts.take(pa.array(rows))
+    if not (np.array_equal(drafts.column("trace_id").to_numpy(), trace_ids)
+            and np.array_equal(drafts.column("pos").to_numpy(), positions)):
+        raise SpecdraftError("eval_drafts.sql and eval_features.sql list the eval drafts in different orders")
+    return drafts.column("draft").combine_chunks()
 
 
 def eval_features(wh: Warehouse) -> pa.Table:
@@ -300,6 +329,16 @@ def eval_features(wh: Warehouse) -> pa.Table:
 def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:
     """Best accepted among the k highest-scored distinct drafts at each position, as a tree
     verifier checking k drafts at once would get. Rows are grouped by flat position."""
+    top = top_distinct(predicted, flat, draft_keys, k)
+    best = np.zeros(n_positions, dtype=np.int64)
+    np.maximum.at(best, flat[top], accepted[top])
+    return best
+
+
+def top_distinct(predicted, flat, draft_keys, k) -> np.ndarray:
+    """The rows of the k highest-scored distinct drafts at each position, by position and then
+    best first (ties to the earlier row; of a draft proposed twice, its best-scored copy): the
+    live drafter's propose_many(k). Rows are grouped by flat position."""
     order = np.lexsort((-predicted, flat))
     flat_sorted, keys_sorted = flat[order], draft_keys[order]
     # drop repeats of a draft at a position (keep the best-scored copy)
@@ -308,13 +347,9 @@ def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.nd
     same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
     repeat[by_draft[1:][same]] = True
     kept = order[~repeat]
-    flat_kept = flat[kept]
-    group_start = _run_starts(flat_kept)
+    group_start = _run_starts(flat[kept])
     rank = np.arange(len(kept)) - np.repeat(group_start, np.diff(np.r_[group_start, len(kept)]))
-    top = kept[rank < k]
-    best = np.zeros(n_positions, dtype=np.int64)
-    np.maximum.at(best, flat[top], accepted[top])
-    return best
+    return kept[rank < k]
 
 
 def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:

@@ -58,6 +58,9 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
         "per_source": per_source,
         **({"multi_draft": {k: summarize(v, cfg.draft_len) for k, v in evaluation.multi_draft.items()}}
            if evaluation.multi_draft else {}),
+        **({"multi_draft_decode_step": {k: summarize(v, cfg.draft_len)
+                                        for k, v in evaluation.multi_draft_decode.items()}}
+           if evaluation.multi_draft_decode else {}),
         "preset": cfg.preset,
         "scenario": "online" if cfg.online else "offline",
         "policy": policy.to_dict(),

@@ -29,8 +29,14 @@ from pathlib import Path
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.sources.traces import dataset_versions
-from specdraft.tables.ngrams import (build_hash_powers, build_per_length, build_position_keys,
-                                     build_selected_traces, count_tables, query_lengths)
+from specdraft.tables.ngrams import (
+    build_hash_powers,
+    build_per_length,
+    build_position_keys,
+    build_selected_traces,
+    count_tables,
+    query_lengths,
+)
 from specdraft.warehouse.connection import Warehouse
 
 # The stage-4 tables an update merges into; without any of them (the counts are kept with

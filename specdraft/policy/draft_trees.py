@@ -1,0 +1,219 @@
+"""Token trees: the drafts at a position merged into one prefix tree of at most `budget` tokens,
+which a tree verifier (SuffixDecoding, SGLang, vLLM) checks in one forward pass.
+
+A tree's accepted length is its longest path that matches the trace: a node counts once the path
+to it is accepted. So its expected accepted length is the sum, over its nodes, of the chance that
+the node's path matches, and the best tree under a budget is the `budget` nodes most likely to
+match. A draft's chance of being accepted to at least j tokens is read from calibration
+(AcceptanceCurves): among the calibration drafts whose raw prediction fell in the same quantile
+bin, the fraction accepted to j or more. A node shared by several drafts takes the highest of
+their chances. No node is more likely than its parent (its parent's drafts include its own, and
+each curve falls with j), so the `budget` likeliest nodes, ties to the shallower and then to the
+node of the earlier draft in candidate order, always form a tree.
+
+best_tree() builds one position's tree (the live drafter's session.propose_tree);
+tree_accepted() scores every eval position's tree at once, in numpy, with the same choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from specdraft.errors import SpecdraftError
+
+TREE_BUDGETS = (16, 32, 64)  # tokens per tree, reported as tree_b16, tree_b32, tree_b64
+TREE_DRAFTS = 8  # a tree is built from the position's best distinct drafts, at most this many
+CURVE_BINS = 16  # quantile bins of the raw prediction
+CHUNK_ROWS = 1 << 16  # eval drafts scored at a time (each becomes draft_len nodes)
+_PRIME = np.uint64(1_000_003)  # the node ids' polynomial hash (wraps mod 2^64)
+
+
+@dataclass(frozen=True)
+class AcceptanceCurves:
+    """survival[b, j]: the chance that a draft whose raw prediction lies in bin b (edges: the
+    bins' upper bounds but the last) is accepted to at least j + 1 tokens."""
+
+    edges: np.ndarray  # (bins - 1,) float64, increasing
+    survival: np.ndarray  # (bins, draft_len) float64, falling along each row
+
+    @classmethod
+    def fit(cls, raw: np.ndarray, accepted: np.ndarray, draft_len: int, bins: int = CURVE_BINS) -> AcceptanceCurves:
+        """From the calibration drafts' raw predictions and accepted lengths."""
+        raw = np.asarray(raw, dtype=np.float64)
+        accepted = np.asarray(accepted, dtype=np.int64)
+        if not len(raw):
+            return cls(np.zeros(0), np.zeros((1, draft_len)))
+        edges = np.unique(np.quantile(raw, np.arange(1, bins) / bins))
+        which = np.searchsorted(edges, raw, side="right")
+        n_bins = len(edges) + 1
+        drafts = np.bincount(which, minlength=n_bins).astype(np.float64)
+        survival = np.zeros((n_bins, draft_len))
+        for j in range(draft_len):
+            survival[:, j] = np.bincount(which, weights=accepted > j, minlength=n_bins)
+        return cls(edges, survival / np.maximum(drafts, 1.0)[:, None])
+
+    def chances(self, raw: np.ndarray) -> np.ndarray:
+        """(n, draft_len): each draft's chance of being accepted to at least 1, 2, ... tokens."""
+        return self.survival[np.searchsorted(self.edges, np.asarray(raw, dtype=np.float64), side="right")]
+
+    def to_dict(self) -> dict:
+        return {"edges": self.edges.tolist(), "survival": self.survival.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AcceptanceCurves:
+        edges = np.asarray(data["edges"], dtype=np.float64)
+        survival = np.asarray(data["survival"], dtype=np.float64)
+        if survival.ndim != 2 or len(survival) != len(edges) + 1:
+            raise SpecdraftError(f"acceptance curves: {len(edges)} edges for {len(survival)} bins")
+        return cls(edges, survival)
+
+
+@dataclass(frozen=True)
+class TokenTree:
+    """A draft tree in SuffixDecoding's shape: token_ids[i]'s parent is token_ids[parents[i]]
+    (-1: the node follows the known text), every parent before its children; probs[i] is the
+    chance that the path to node i is accepted."""
+
+    token_ids: list[int]
+    parents: list[int]
+    probs: list[float]
+
+    def accepted(self, actual: list[int]) -> int:
+        """The longest path that matches `actual` (the tokens that follow)."""
+        matched = [0] * len(self.token_ids)  # the matched path's length to each node (0: not matched)
+        for i, (token, parent) in enumerate(zip(self.token_ids, self.parents)):
+            at = 0 if parent < 0 else matched[parent]
+            if (parent < 0 or at > 0) and at < len(actual) and actual[at] == token:
+                matched[i] = at + 1
+        return max(matched, default=0)
+
+
+def best_tree(curves: AcceptanceCurves, drafts: list[list[int]], raw: list[float], budget: int) -> TokenTree:
+    """The `budget` likeliest nodes of the drafts' prefix tree (drafts in candidate order)."""
+    if not drafts:
+        return TokenTree([], [], [])
+    chances = curves.chances(np.asarray(raw)).tolist()
+    nodes: dict[tuple[int, ...], list] = {}  # path -> [chance, depth, first draft]
+    for row, (draft, chance) in enumerate(zip(drafts, chances)):
+        path: tuple[int, ...] = ()
+        for depth, token in enumerate(draft, start=1):
+            path = (*path, token)
+            node = nodes.get(path)
+            if node is None:
+                nodes[path] = [chance[depth - 1], depth, row]
+            elif chance[depth - 1] > node[0]:
+                node[0] = chance[depth - 1]
+    chosen = sorted(nodes.items(), key=lambda item: (-item[1][0], item[1][1], item[1][2]))[:budget]
+    index: dict[tuple[int, ...], int] = {}
+    tree = TokenTree([], [], [])
+    for path, (chance, depth, _) in chosen:
+        index[path] = len(tree.token_ids)
+        tree.token_ids.append(path[-1])
+        tree.parents.append(index[path[:-1]] if depth > 1 else -1)
+        tree.probs.append(chance)
+    return tree
+
+
+def tree_accepted(curves: AcceptanceCurves, raw: np.ndarray, accepted: np.ndarray, flat: np.ndarray,
+                  drafts: pa.ListArray, budgets: tuple[int, ...], n_positions: int) -> dict[int, np.ndarray]:
+    """Per budget, the accepted length of every eval position's best tree (0 where it has no
+    drafts). Rows are drafts grouped by flat position, in candidate order within one; drafts holds
+    their tokens."""
+    out = {budget: np.zeros(n_positions, dtype=np.int64) for budget in budgets}
+    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]]) if len(flat) else np.zeros(0, dtype=np.int64)
+    bounds = _chunk_bounds(starts, len(flat))
+    for lo, hi in pairwise(bounds):
+        chunk_starts = starts[(starts >= lo) & (starts < hi)] - lo
+        for budget, values in _chunk_trees(curves, raw[lo:hi], accepted[lo:hi], flat[lo:hi], drafts[lo:hi],
+                                           budgets).items():
+            out[budget][flat[lo + chunk_starts]] = np.maximum.reduceat(values, chunk_starts)
+    return out
+
+
+def _chunk_bounds(starts: np.ndarray, n_rows: int) -> list[int]:
+    """Row bounds of chunks of about CHUNK_ROWS rows that never split a position."""
+    bounds, last = [0], 0
+    for start in starts.tolist():
+        if start - last >= CHUNK_ROWS:
+            bounds.append(start)
+            last = start
+    return [*bounds, n_rows]
+
+
+def _bits(n: int) -> int:
+    """Bits that hold 0 .. n - 1."""
+    return max(int(n - 1).bit_length(), 1)
+
+
+def _chunk_trees(curves, raw, accepted, flat, drafts, budgets) -> dict[int, np.ndarray]:
+    """Per budget, each row's accepted length within its position's tree: min(accepted, how many
+    of its tokens the tree holds).
+
+    The rows are sorted by position and then token by token, so the drafts sharing a node are
+    consecutive: at depth j, a row starts a new node unless it shares its first j tokens with the
+    row before (their common prefix, `shared`), and each node's chance (the highest) and first
+    draft (the lowest row) are reductions over its run of rows.
+    """
+    n = len(flat)
+    width = curves.survival.shape[1]
+    lengths = pc.list_value_length(drafts).fill_null(0).to_numpy().astype(np.int64)
+    if len(lengths) and lengths.max() > width:
+        raise SpecdraftError(f"token trees: a draft of {lengths.max()} tokens; the curves end at {width}")
+    tokens = np.full((n, width), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(n), lengths)
+    tokens[rows, np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
+        pc.list_flatten(drafts).to_numpy())
+    order = np.lexsort((*(tokens[:, j] for j in reversed(range(width))), flat))
+    tokens, lengths, position = tokens[order], lengths[order], flat[order]
+    chance = curves.chances(raw[order])
+    exists = np.arange(width)[None, :] < lengths[:, None]
+    same_run = np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(axis=1)
+    shared = np.r_[0, np.where(position[1:] == position[:-1],
+                               np.minimum(same_run, np.minimum(lengths[1:], lengths[:-1])), 0)]
+    # the nodes, depth by depth: the row that starts each, its chance, first draft and position
+    node_of = np.full((n, width), -1, dtype=np.int64)
+    best, first, depth, where = [], [], [], []
+    total = 0
+    for j in range(width):
+        starts_node = exists[:, j] & (shared <= j)
+        starts = np.flatnonzero(starts_node)
+        if not len(starts):
+            break
+        # rows past a draft's end sit in the run before them: they must not count
+        best.append(np.maximum.reduceat(np.where(exists[:, j], chance[:, j], -1.0), starts))
+        first.append(np.minimum.reduceat(np.where(exists[:, j], order, n), starts))
+        depth.append(np.full(len(starts), j + 1, dtype=np.int64))
+        where.append(position[starts])
+        node_of[:, j] = np.where(exists[:, j], total + np.cumsum(starts_node) - 1, -1)
+        total += len(starts)
+    best, first, depth, where = (np.concatenate(parts) for parts in (best, first, depth, where))
+    # rank the nodes within each position: likeliest first, then shallower, then earlier draft,
+    # in one int64 key (chances are survival values, a few hundred distinct floats: their rank
+    # orders them exactly)
+    levels = np.unique(curves.survival)
+    chance_rank = len(levels) - 1 - np.searchsorted(levels, best)
+    local = _dense(where)
+    row_bits, depth_bits, chance_bits = _bits(n + 1), _bits(width + 1), _bits(len(levels))
+    key = (((local << chance_bits | chance_rank) << depth_bits | depth) << row_bits) | first
+    ranked = np.argsort(key)
+    group = local[ranked]
+    group_start = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    rank = np.empty(len(ranked), dtype=np.int64)
+    rank[ranked] = np.arange(len(ranked)) - np.repeat(group_start, np.diff(np.r_[group_start, len(ranked)]))
+    out = {}
+    unsort = np.empty(n, dtype=np.int64)
+    unsort[order] = np.arange(n)
+    for budget in budgets:
+        held = ((rank[node_of] < budget) & (node_of >= 0)).sum(axis=1)[unsort]
+        out[budget] = np.minimum(accepted, held)
+    return out
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """values numbered 0, 1, ... in sorted order of their distinct values."""
+    return np.unique(values, return_inverse=True)[1].astype(np.int64)
