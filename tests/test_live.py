@@ -621,7 +621,43 @@ def test_default_propose_tree_is_the_runs_token_tree(default_built, default_draf
     assert results["multi_draft"]["tree_b64"]["avg_accepted"] > results["selected"]["avg_accepted"]
 
 
+def test_default_propose_with_a_verify_cost_walks_as_the_runs_adaptive_length(default_built, default_drafter):
+    """A decode walk that drafts propose(verify_cost=c) at each step (a + 1 tokens a step) drafts
+    and accepts, step for step, what the run's draft_length adaptive row at c says, and gets its
+    expected speedup; the cut draft is a prefix of the full one, and costlier tokens draft fewer."""
+    import numpy as np
+
+    from specdraft.policy.evaluate import accepted_prefix
+
+    _, results = default_built
+    drafter = default_drafter
+    drafted_per_cost = {}
+    for cost in (0.02, 0.1):
+        drafted, accepted = [], []
+        for _, prompt_len, tokens in _eval_traces(default_built[0]):
+            session = drafter.start(tokens[:prompt_len])
+            pos = prompt_len
+            while pos < len(tokens):
+                draft = session.propose(verify_cost=cost)
+                assert draft == session.propose()[: len(draft)]
+                a = accepted_prefix(draft, tokens[pos : pos + drafter.draft_len], drafter.draft_len)
+                drafted.append(len(draft))
+                accepted.append(a)
+                session.extend(tokens[pos : pos + a + 1])
+                pos += a + 1
+        want = results["draft_length"]["adaptive"][str(cost)]
+        drafted, accepted = np.array(drafted), np.array(accepted)
+        assert want["steps"] == len(drafted)
+        assert want["drafted_per_step"] == float(drafted.mean())
+        assert want["accepted_per_step"] == float(accepted.mean())
+        assert want["speedup_at_its_cost"] == float(((1 + accepted) / (1 + cost * drafted)).mean())
+        drafted_per_cost[cost] = drafted.mean()
+    assert drafted_per_cost[0.1] < drafted_per_cost[0.02] < drafter.draft_len
+
+
 def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
     _, prompt_len, tokens = seed_eval_traces[0]
-    with seed_drafter.start(tokens[:prompt_len]) as session, pytest.raises(ValueError, match="preset default"):
-        session.propose_tree(16)
+    with seed_drafter.start(tokens[:prompt_len]) as session:
+        for call in (lambda: session.propose_tree(16), lambda: session.propose(verify_cost=0.05)):
+            with pytest.raises(ValueError, match="preset default"):
+                call()

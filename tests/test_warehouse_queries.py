@@ -227,6 +227,12 @@ def test_html_report_has_its_charts(warehouse, tmp_path):
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched: works offline
     assert html.count('class="bar"') >= 3 * (results["draft_len"] + 1) + len(results["per_source"])
     assert "<table id=\"contexts\">" in html and html.count("<tr>") > 5
+    # draft length: one marker per fixed length and per verify cost's adaptive policy
+    study = results["draft_length"]
+    chart = html.split('<div id="draft-length">', 1)[1].split("</svg>", 1)[0]
+    assert chart.count('class="marker"') == len(study["fixed"]) + len(study["adaptive"]) == results["draft_len"] + 5
+    assert html.split('<table id="draft-length-speedup">', 1)[1].split("</table>")[0].count("<tr>") == 1 + 5
+    assert all(f"<td>tree_b{budget}</td>" in html for budget in (16, 32, 64))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")

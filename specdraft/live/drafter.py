@@ -60,7 +60,8 @@ from specdraft.live.confidence import (
 )
 from specdraft.live.tables import ContextTable
 from specdraft.policy.confidence import feature_columns
-from specdraft.policy.draft_trees import TREE_DRAFTS, TokenTree, best_tree
+from specdraft.policy.draft_length import adaptive_lengths
+from specdraft.policy.draft_trees import TREE_DRAFTS, AcceptanceCurves, TokenTree, best_tree
 from specdraft.policy.evaluate import NEAR_TIE
 
 B, M = keys.B, keys.M
@@ -209,14 +210,27 @@ class Session:
                     if ctx_len <= at:
                         latest[(end - prefix[at - ctx_len] * power) % M] = at
 
-    def propose(self) -> list[int]:
-        """The policy's draft at the current position: at most draft_len tokens, [] if none."""
+    def propose(self, verify_cost: float | None = None) -> list[int]:
+        """The policy's draft at the current position: at most draft_len tokens, [] if none.
+
+        verify_cost=c (a drafted token's verify cost, relative to a decode step) cuts it to the
+        length of the best expected speedup (1 + accepted) / (1 + c * drafted), as the run's
+        draft_length "adaptive" rows (policy/draft_length.py; --preset default only). Without it,
+        the full draft: the every-position one, which replay checks."""
         self._check_open()
         candidates = self._candidates()
         picked, scores = self._scores(candidates)
         if not picked:
             return []
-        return list(candidates[picked[first_best(scores)]].draft)
+        best = first_best(scores)
+        draft = list(candidates[picked[best]].draft)
+        if verify_cost is None:
+            return draft
+        if isinstance(verify_cost, bool) or not isinstance(verify_cost, int | float) or not verify_cost >= 0:
+            raise ValueError(f"verify_cost must be a number >= 0, not {verify_cost!r}")
+        curves = self._curves()
+        length = adaptive_lengths(curves, np.array([scores[best]]), np.array([len(draft)]), float(verify_cost))
+        return draft[: int(length[0])]
 
     def propose_many(self, k: int) -> list[list[int]]:
         """The k best distinct drafts at the current position, best first (ties in family order)."""
@@ -233,12 +247,15 @@ class Session:
         self._check_open()
         if type(budget) is not int or budget < 1:
             raise ValueError(f"budget must be a positive int, not {budget!r}")
+        best = self._best_distinct(TREE_DRAFTS)
+        return best_tree(self._curves(), [draft for draft, _ in best], [score for _, score in best], budget)
+
+    def _curves(self) -> AcceptanceCurves:
         curves = getattr(self.drafter.policy, "curves", None)
         if curves is None:
-            raise ValueError("token trees need a --preset default bundle exported by a specdraft that "
-                             "records acceptance curves")
-        best = self._best_distinct(TREE_DRAFTS)
-        return best_tree(curves, [draft for draft, _ in best], [score for _, score in best], budget)
+            raise ValueError("token trees and draft lengths need a --preset default bundle exported by a "
+                             "specdraft that records acceptance curves")
+        return curves
 
     def _best_distinct(self, k: int) -> list[tuple[list[int], float]]:
         """The k best distinct drafts and their scores, best first (ties in family order; of a

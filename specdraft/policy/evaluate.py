@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
+from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
@@ -48,6 +50,7 @@ class Evaluation:
     multi_draft: dict[str, np.ndarray] | None = None  # best of the top-k drafts, or a token tree's, per position
     positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
     multi_draft_decode: dict[str, np.ndarray] | None = None  # the same verified at each decode step
+    draft_length: dict | None = None  # draft_length.length_study: fixed and adaptive draft lengths
 
 
 def accepted_prefix(draft, actual, limit: int) -> int:
@@ -295,16 +298,23 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         per_source[name] = alone
         proposed[name] = len(own_picks)
     del everything
+    draft_length = None
     if len(starts) and policy.curves is not None:
         drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_drafts)
         trees = tree_accepted(policy.curves, predicted[tree_rows], accepted[tree_rows], flat[tree_rows], drafts,
                               TREE_BUDGETS, n_positions)
         multi.update({f"tree_b{budget}": values for budget, values in trees.items()})
+        # the chosen draft is each position's first tree row (its best distinct draft)
+        first = tree_rows[_run_starts(flat[tree_rows])]
+        chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
+        chosen_raw[flat[first]] = predicted[first]
+        chosen_len[flat[first]] = pc.list_value_length(drafts).to_numpy()[_run_starts(flat[tree_rows])]
+        draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
-    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode)
+    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode, draft_length)
 
 
 def _eval_drafts(wh: Warehouse, chosen_from: list[str], choice_rows: np.ndarray, rows: np.ndarray,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specdraft.errors import SpecdraftError
 from specdraft.files import write_text
-from specdraft.report.charts import histogram_svg, svg_open
+from specdraft.report.charts import histogram_svg, line_chart_svg, svg_open
 from specdraft.warehouse.connection import Warehouse
 
 BAR_COLOUR = "#0072B2"
@@ -88,11 +88,55 @@ calibration {results.get("calibration_examples")}, eval {results.get("eval_examp
 <h2>Each source alone</h2><div id="sources">{bars_svg(per_source, "each source alone")}</div>
 <h2>Acceptance by position in the response</h2>
 <div id="positions">{position_svg(positions, "mean accepted by response position")}</div>
-<h2>Contexts the chosen drafts hit most</h2>
+{_multi_draft_section(results)}{_draft_length_section(results)}<h2>Contexts the chosen drafts hit most</h2>
 <table id="contexts"><tr><th>context</th><th>source</th><th>hits</th><th>chosen</th></tr>{context_rows}</table>
 <h2>Config</h2><pre>{config}</pre>
 </body></html>
 """
+
+
+def _multi_draft_section(results: dict) -> str:
+    """Several drafts verified at once: the top-k drafts and the token trees, every position and
+    decode step (--preset default)."""
+    multi, decode = results.get("multi_draft", {}), results.get("multi_draft_decode_step", {})
+    if not multi:
+        return ""
+    rows = "".join(f"<tr><td>{escape(name)}</td><td>{s['avg_accepted']:.3f}</td>"
+                   f"<td>{decode[name]['avg_accepted']:.3f}</td></tr>" if name in decode else
+                   f"<tr><td>{escape(name)}</td><td>{s['avg_accepted']:.3f}</td><td></td></tr>"
+                   for name, s in multi.items())
+    return ("<h2>Several drafts verified at once</h2><p>top<i>k</i>: the best of the <i>k</i> best-scored "
+            "distinct drafts; tree_b<i>B</i>: a token tree of at most <i>B</i> tokens.</p>"
+            '<table id="multi-draft"><tr><th>drafts</th><th>every position</th><th>decode step</th></tr>'
+            f"{rows}</table>\n")
+
+
+def _draft_length_section(results: dict) -> str:
+    """Tokens drafted against tokens accepted per decode step, one point per length policy, and
+    each policy's expected speedup at each verify cost."""
+    study = results.get("draft_length")
+    if not study:
+        return ""
+    fixed, adaptive = study["fixed"], study["adaptive"]
+    series = [
+        ("fixed", "fixed length 1-16", [(v["drafted_per_step"], v["accepted_per_step"]) for v in fixed.values()]),
+        ("adaptive", "adaptive (c = 0 ... 0.1)",
+         [(v["drafted_per_step"], v["accepted_per_step"]) for v in adaptive.values()]),
+    ]
+    chart = line_chart_svg(series, "Accepted against drafted tokens per decode step",
+                           "drafted tokens per step", "accepted tokens per step")
+    rows = ""
+    for cost in (str(c) for c in study["verify_costs"]):
+        best_name, best = max(fixed.items(), key=lambda item: item[1]["speedup"][cost])
+        rows += (f"<tr><td>{cost}</td><td>{fixed[f'fixed_{len(fixed)}']['speedup'][cost]:.4f}</td>"
+                 f"<td>{best['speedup'][cost]:.4f} ({escape(best_name)})</td>"
+                 f"<td>{adaptive[cost]['speedup_at_its_cost']:.4f} "
+                 f"({adaptive[cost]['drafted_per_step']:.2f} drafted)</td></tr>")
+    return ("<h2>Draft length</h2><p>A verify step costs 1 + c &times; drafted tokens; the expected speedup is "
+            "(1 + accepted) / (1 + c &times; drafted), averaged over decode steps.</p>"
+            f'<div id="draft-length">{chart}</div>'
+            '<table id="draft-length-speedup"><tr><th>c</th><th>fixed 16</th><th>best fixed length</th>'
+            f"<th>adaptive</th></tr>{rows}</table>\n")
 
 
 def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20) -> Path:

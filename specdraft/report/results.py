@@ -61,6 +61,7 @@ def build_results(wh: Warehouse, cfg: RunConfig, dataset: str, meta: dict, count
         **({"multi_draft_decode_step": {k: summarize(v, cfg.draft_len)
                                         for k, v in evaluation.multi_draft_decode.items()}}
            if evaluation.multi_draft_decode else {}),
+        **({"draft_length": evaluation.draft_length} if evaluation.draft_length else {}),
         "preset": cfg.preset,
         "scenario": "online" if cfg.online else "offline",
         "policy": policy.to_dict(),

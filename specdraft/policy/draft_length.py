@@ -1,0 +1,74 @@
+"""Draft length as a decision: what each way of choosing how many tokens to propose costs and saves.
+
+A verify step with d drafted tokens costs 1 + c * d (c: the verify cost of one drafted token,
+relative to a decode step) and yields 1 + a tokens, a of them accepted: the expected speedup over
+plain decoding is (1 + a) / (1 + c * d), averaged over the steps of a decode walk. The walk here
+moves a + 1 tokens a step (the verifier's own next token follows the accepted ones), so drafting
+nothing is plain decoding at speedup 1.
+
+Policies, all drafting the policy's chosen draft cut to its length:
+- fixed_<n>: n tokens (fewer where the draft is shorter; fixed_16 is the every-position draft);
+- adaptive: at each step the length that maximises (1 + E[accepted]) / (1 + c * d), with
+  E[accepted | d] = sum over j <= d of the chance of j accepted tokens (the acceptance curves of
+  draft_trees.py, read at the draft's raw prediction); 0 where no length pays. It depends on c.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdraft.policy.draft_trees import AcceptanceCurves
+
+VERIFY_COSTS = (0.0, 0.01, 0.02, 0.05, 0.1)
+
+
+def adaptive_lengths(curves: AcceptanceCurves, raw: np.ndarray, lengths: np.ndarray, cost: float) -> np.ndarray:
+    """Per position, the draft length (0 .. its draft's length) of the best expected speedup."""
+    expected = np.cumsum(curves.chances(raw), axis=1)  # E[accepted] for d = 1 .. draft_len
+    width = expected.shape[1]
+    drafted = np.arange(width + 1)
+    gain = np.concatenate([np.ones((len(raw), 1)), 1.0 + expected], axis=1) / (1.0 + cost * drafted)[None, :]
+    gain[drafted[None, :] > np.asarray(lengths)[:, None]] = -np.inf
+    return np.argmax(gain, axis=1)  # the first best: the shortest of equal gains
+
+
+def walk(accepted: np.ndarray, drafted: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The decode walk of each trace, a + 1 tokens a step: (drafted, accepted) per step."""
+    steps_drafted: list[int] = []
+    steps_accepted: list[int] = []
+    accepted_list, drafted_list = accepted.tolist(), drafted.tolist()
+    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        c = start
+        while c < end:
+            d = drafted_list[c]
+            a = min(accepted_list[c], d)
+            steps_drafted.append(d)
+            steps_accepted.append(a)
+            c += a + 1
+    return np.array(steps_drafted, dtype=np.int64), np.array(steps_accepted, dtype=np.int64)
+
+
+def _summary(drafted: np.ndarray, accepted: np.ndarray, costs: tuple[float, ...]) -> dict:
+    steps = len(drafted)
+    return {
+        "steps": steps,
+        "drafted_per_step": float(drafted.mean()) if steps else 0.0,
+        "accepted_per_step": float(accepted.mean()) if steps else 0.0,
+        "speedup": {str(c): float(((1 + accepted) / (1 + c * drafted)).mean()) if steps else 1.0 for c in costs},
+    }
+
+
+def length_study(curves: AcceptanceCurves, accepted: np.ndarray, raw: np.ndarray, lengths: np.ndarray,
+                 offsets: np.ndarray, costs: tuple[float, ...] = VERIFY_COSTS) -> dict:
+    """results.json's draft_length: per policy, drafted and accepted tokens per step and the
+    expected speedup at each verify cost. Arrays are per eval position (flat): the chosen draft's
+    accepted length, raw prediction and length (0: no draft)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    table = {}
+    for n in range(1, curves.survival.shape[1] + 1):
+        table[f"fixed_{n}"] = _summary(*walk(accepted, np.minimum(lengths, n), offsets), costs)
+    adaptive = {}
+    for c in costs:
+        summary = _summary(*walk(accepted, adaptive_lengths(curves, raw, lengths, c), offsets), costs)
+        adaptive[str(c)] = {**summary, "speedup_at_its_cost": summary["speedup"][str(c)]}
+    return {"verify_costs": list(costs), "fixed": table, "adaptive": adaptive}

@@ -1,0 +1,36 @@
+"""Draft length as a decision (policy/draft_length.py), on walks small enough to follow by hand."""
+
+import numpy as np
+
+from specdraft.policy.draft_length import adaptive_lengths, length_study, walk
+from specdraft.policy.draft_trees import AcceptanceCurves
+
+
+def test_the_walk_moves_accepted_plus_one_and_cuts_at_the_drafted_length():
+    accepted = np.array([2, 0, 0, 1, 0])  # one trace of 5 response positions
+    offsets = np.array([0, 5])
+    assert [x.tolist() for x in walk(accepted, np.full(5, 16), offsets)] == [[16, 16], [2, 1]]
+    assert [x.tolist() for x in walk(accepted, np.full(5, 1), offsets)] == [[1, 1, 1], [1, 0, 1]]
+    assert [x.tolist() for x in walk(accepted, np.zeros(5, dtype=np.int64), offsets)] == [[0] * 5, [0] * 5]
+
+
+def test_adaptive_lengths_draft_what_pays():
+    # bin 0: nothing is ever accepted; bin 1: the first two tokens always are, then never
+    curves = AcceptanceCurves(np.array([0.0]), np.array([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]))
+    raw, lengths = np.array([-1.0, 1.0, 1.0]), np.array([4, 4, 1])
+    assert adaptive_lengths(curves, raw, lengths, 0.05).tolist() == [0, 2, 1]
+    # at no cost, nothing is lost by drafting: the shortest of the best lengths
+    assert adaptive_lengths(curves, raw, lengths, 0.0).tolist() == [0, 2, 1]
+
+
+def test_length_study_reports_every_fixed_length_and_the_adaptive_one():
+    curves = AcceptanceCurves(np.zeros(0), np.array([[0.9, 0.5, 0.1, 0.0]]))
+    accepted = np.array([2, 0, 0, 1, 0])
+    study = length_study(curves, accepted, np.zeros(5), np.full(5, 4), np.array([0, 5]), costs=(0.0, 0.1))
+    assert sorted(study["fixed"]) == ["fixed_1", "fixed_2", "fixed_3", "fixed_4"]
+    full = study["fixed"]["fixed_4"]
+    assert (full["steps"], full["drafted_per_step"], full["accepted_per_step"]) == (2, 4.0, 1.5)
+    assert full["speedup"]["0.1"] == (3 / 1.4 + 2 / 1.4) / 2
+    # at c = 0.1 the gain of d tokens is (1 + 0.9 + 0.5 + ...) / (1 + 0.1 d): 2 tokens are best
+    assert study["adaptive"]["0.1"]["drafted_per_step"] == 2.0
+    assert study["adaptive"]["0.1"]["speedup_at_its_cost"] == study["fixed"]["fixed_2"]["speedup"]["0.1"]
