@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from specdraft.policy import draft_trees
-from specdraft.policy.draft_trees import AcceptanceCurves, TokenTree, best_tree, tree_accepted
+from specdraft.policy.draft_trees import AcceptanceCurves, TokenTree, best_tree, tree_accepted, tree_holdings
 
 DRAFT_LEN = 16
 
@@ -50,9 +50,10 @@ def test_vectorised_trees_equal_the_live_builder(monkeypatch, chunk_rows):
     drafts, flat, accepted, actual = _positions(rng, 300)
     raw = rng.normal(size=len(drafts))
     monkeypatch.setattr(draft_trees, "CHUNK_ROWS", chunk_rows)  # chunks never split a position
-    got = tree_accepted(curves, raw, accepted, flat, pa.array(drafts, pa.list_(pa.int32())), (1, 5, 16, 64), 301)
+    held = tree_holdings(curves, raw, flat, pa.array(drafts, pa.list_(pa.int32())), (1, 5, 16, 64))
+    got = {budget: tree_accepted(accepted, flat, values, 301) for budget, values in held.items()}
     for budget, values in got.items():
-        want = []
+        want, want_held = [], []
         for position in range(300):
             rows = np.flatnonzero(flat == position)
             tree = best_tree(curves, [drafts[i] for i in rows], raw[rows].tolist(), budget)
@@ -60,9 +61,20 @@ def test_vectorised_trees_equal_the_live_builder(monkeypatch, chunk_rows):
             assert all(-1 <= parent < i for i, parent in enumerate(tree.parents))
             assert all(tree.probs[i] <= tree.probs[parent] for i, parent in enumerate(tree.parents) if parent >= 0)
             want.append(tree.accepted(actual[position]))
+            paths = _paths(tree)
+            want_held += [sum(tuple(drafts[i][:j]) in paths for j in range(1, len(drafts[i]) + 1)) for i in rows]
         assert values[:300].tolist() == want, budget
         assert values[300] == 0  # a position with no drafts
+        assert held[budget].tolist() == want_held, budget  # the same nodes, not only the same length
     assert np.all(got[64] >= got[16]) and np.all(got[16] >= got[5]) and got[64].mean() > got[1].mean()
+
+
+def _paths(tree: TokenTree) -> set[tuple[int, ...]]:
+    """Every node's path from the root."""
+    paths: list[tuple[int, ...]] = []
+    for token, parent in zip(tree.token_ids, tree.parents):
+        paths.append((*(paths[parent] if parent >= 0 else ()), token))
+    return set(paths)
 
 
 def test_a_tree_holds_the_likeliest_nodes():

@@ -111,11 +111,15 @@ def _motif_tokens(rng: random.Random, motifs: int) -> list[int]:
 
 
 @pytest.mark.parametrize("preset", ["seed", "default"])
-def test_choices_and_walk_do_not_see_the_future(tmp_path, preset):
+def test_choices_and_walk_do_not_see_the_future(tmp_path, monkeypatch, preset):
     """Change every eval trace after a cut: at the positions before it, the policy chooses the same
-    source and context length, and the decode-step walk takes the same steps (accepted lengths
-    capped at the cut). The hypothesis examples above are too small for the confidence model to
+    source and context length, the decode-step walk takes the same steps, and the top-k drafts and
+    token trees match as far (accepted lengths capped at the cut). The hypothesis examples above are too small for the confidence model to
     split on anything; these are large enough that a model reading the label picks differently."""
+    from specdraft.policy import evaluate
+
+    # trees small enough that which nodes they keep matters (4-token drafts fill 16 tokens fast)
+    monkeypatch.setattr(evaluate, "TREE_BUDGETS", (2, 3, 16))
     rng = random.Random(7)
     traces = [("train", _motif_tokens(rng, 2), _motif_tokens(rng, 16)) for _ in range(24)]
     traces += [("calibration", _motif_tokens(rng, 2), _motif_tokens(rng, 16)) for _ in range(8)]
@@ -146,3 +150,18 @@ def test_choices_and_walk_do_not_see_the_future(tmp_path, preset):
                  for pos, n in walk]
         assert all(n == accepted[trace_id, pos] for trace_id, pos, n in steps)
         assert any(r[5] > r[4] for r in choices(runs[0]))
+        # several drafts at once: the top-k drafts match as far as the shared tokens go, and each
+        # position's token trees are the same trees (the same drafts, holding as many tokens)
+        for name in ("top2", "top4"):
+            capped = []
+            for run in runs:
+                rows = zip(run.positions.column("trace_id").to_pylist(), run.positions.column("pos").to_pylist(),
+                           run.multi_draft[name].tolist())
+                capped.append([(trace_id, pos, min(n, cuts[trace_id][0] - pos)) for trace_id, pos, n in rows
+                               if trace_id in cuts and pos <= cuts[trace_id][1]])
+            assert len(capped[0]) > 100 and capped[0] == capped[1], name
+        trees = [[row for row in zip(*run.trees.to_pydict().values()) if row[1] <= cuts[row[0]][1]] for run in runs]
+        assert run.trees.column_names[:3] == ["trace_id", "pos", "rank"] and len(trees[0]) > 200
+        assert trees[0] == trees[1]
+        # and the small budgets made the trees choose: some hold fewer tokens than their drafts
+        assert any(row[4] < len(row[3]) for row in trees[0])  # held_b2

@@ -12,7 +12,8 @@ each curve falls with j), so the `budget` likeliest nodes, ties to the shallower
 node of the earlier draft in candidate order, always form a tree.
 
 best_tree() builds one position's tree (the live drafter's session.propose_tree);
-tree_accepted() scores every eval position's tree at once, in numpy, with the same choice.
+tree_holdings() builds every eval position's at once, in numpy, with the same choice, and
+tree_accepted() scores them.
 """
 
 from __future__ import annotations
@@ -119,19 +120,26 @@ def best_tree(curves: AcceptanceCurves, drafts: list[list[int]], raw: list[float
     return tree
 
 
-def tree_accepted(curves: AcceptanceCurves, raw: np.ndarray, accepted: np.ndarray, flat: np.ndarray,
-                  drafts: pa.ListArray, budgets: tuple[int, ...], n_positions: int) -> dict[int, np.ndarray]:
-    """Per budget, the accepted length of every eval position's best tree (0 where it has no
-    drafts). Rows are drafts grouped by flat position, in candidate order within one; drafts holds
-    their tokens."""
-    out = {budget: np.zeros(n_positions, dtype=np.int64) for budget in budgets}
+def tree_holdings(curves: AcceptanceCurves, raw: np.ndarray, flat: np.ndarray, drafts: pa.ListArray,
+                  budgets: tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Per budget, how many of each draft's tokens its position's best tree holds (the tree is the
+    union of those prefixes). Rows are drafts grouped by flat position, in candidate order within
+    one; drafts holds their tokens. What is known when drafting only: no accepted lengths."""
+    held = {budget: np.zeros(len(flat), dtype=np.int64) for budget in budgets}
     starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]]) if len(flat) else np.zeros(0, dtype=np.int64)
-    bounds = _chunk_bounds(starts, len(flat))
-    for lo, hi in pairwise(bounds):
-        chunk_starts = starts[(starts >= lo) & (starts < hi)] - lo
-        for budget, values in _chunk_trees(curves, raw[lo:hi], accepted[lo:hi], flat[lo:hi], drafts[lo:hi],
-                                           budgets).items():
-            out[budget][flat[lo + chunk_starts]] = np.maximum.reduceat(values, chunk_starts)
+    for lo, hi in pairwise(_chunk_bounds(starts, len(flat))):
+        for budget, values in _chunk_holdings(curves, raw[lo:hi], flat[lo:hi], drafts[lo:hi], budgets).items():
+            held[budget][lo:hi] = values
+    return held
+
+
+def tree_accepted(accepted: np.ndarray, flat: np.ndarray, held: np.ndarray, n_positions: int) -> np.ndarray:
+    """Every eval position's tree's accepted length (0 where it has no drafts): its longest
+    matching path, the most any of its drafts gets within what the tree holds of it."""
+    out = np.zeros(n_positions, dtype=np.int64)
+    if len(flat):
+        starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+        out[flat[starts]] = np.maximum.reduceat(np.minimum(accepted, held), starts)
     return out
 
 
@@ -150,9 +158,8 @@ def _bits(n: int) -> int:
     return max(int(n - 1).bit_length(), 1)
 
 
-def _chunk_trees(curves, raw, accepted, flat, drafts, budgets) -> dict[int, np.ndarray]:
-    """Per budget, each row's accepted length within its position's tree: min(accepted, how many
-    of its tokens the tree holds).
+def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]:
+    """Per budget, how many of each row's tokens its position's tree holds.
 
     The rows are sorted by position and then token by token, so the drafts sharing a node are
     consecutive: at depth j, a row starts a new node unless it shares its first j tokens with the
@@ -209,8 +216,7 @@ def _chunk_trees(curves, raw, accepted, flat, drafts, budgets) -> dict[int, np.n
     unsort = np.empty(n, dtype=np.int64)
     unsort[order] = np.arange(n)
     for budget in budgets:
-        held = ((rank[node_of] < budget) & (node_of >= 0)).sum(axis=1)[unsort]
-        out[budget] = np.minimum(accepted, held)
+        out[budget] = ((rank[node_of] < budget) & (node_of >= 0)).sum(axis=1)[unsort]
     return out
 
 

@@ -27,7 +27,7 @@ from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_length import length_study
-from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted
+from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
@@ -51,6 +51,9 @@ class Evaluation:
     positions: pa.Table | None = None  # one row per eval position: the choice and its outcome
     multi_draft_decode: dict[str, np.ndarray] | None = None  # the same verified at each decode step
     draft_length: dict | None = None  # draft_length.length_study: fixed and adaptive draft lengths
+    # the token trees: per eval position its TREE_DRAFTS best distinct drafts (rank 0 the best),
+    # and how many of each draft's tokens the tree of each budget holds (held_b<budget>)
+    trees: pa.Table | None = None
 
 
 def accepted_prefix(draft, actual, limit: int) -> int:
@@ -298,12 +301,20 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         per_source[name] = alone
         proposed[name] = len(own_picks)
     del everything
-    draft_length = None
+    draft_length, trees = None, None
     if len(starts) and policy.curves is not None:
         drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_drafts)
-        trees = tree_accepted(policy.curves, predicted[tree_rows], accepted[tree_rows], flat[tree_rows], drafts,
-                              TREE_BUDGETS, n_positions)
-        multi.update({f"tree_b{budget}": values for budget, values in trees.items()})
+        held = tree_holdings(policy.curves, predicted[tree_rows], flat[tree_rows], drafts, TREE_BUDGETS)
+        for budget, values in held.items():
+            multi[f"tree_b{budget}"] = tree_accepted(accepted[tree_rows], flat[tree_rows], values, n_positions)
+        tree_starts = _run_starts(flat[tree_rows])
+        trees = pa.table({
+            "trace_id": tree_drafts[0],
+            "pos": tree_drafts[1],
+            "rank": np.arange(len(tree_rows)) - np.repeat(tree_starts, np.diff(np.r_[tree_starts, len(tree_rows)])),
+            "draft": drafts,
+            **{f"held_b{budget}": values for budget, values in held.items()},
+        })
         # the chosen draft is each position's first tree row (its best distinct draft)
         first = tree_rows[_run_starts(flat[tree_rows])]
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
@@ -314,7 +325,8 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
-    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode, draft_length)
+    return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode, draft_length,
+                      trees)
 
 
 def _eval_drafts(wh: Warehouse, chosen_from: list[str], choice_rows: np.ndarray, rows: np.ndarray,
