@@ -83,6 +83,11 @@ class RunConfig:
         "sources, a confidence model choosing per draft).",
         choices=PRESETS,
     )
+    verify_cost: float = setting(
+        0.02,
+        "What verifying one drafted token costs, as a fraction of a decode step: the cost the "
+        "adaptive draft length is chosen for (results.json draft_length.chosen; --preset default).",
+    )
     online: bool = setting(
         False,
         "The online scenario: each calibration/eval trace, once scored, joins the store that later "
@@ -121,6 +126,8 @@ class RunConfig:
             raise SpecdraftError("--max-continuations-per-context must be >= 1")
         if self.policy_prior_strength < 0:
             raise SpecdraftError("--policy-prior-strength must be >= 0")
+        if not 0 <= self.verify_cost <= 10:
+            raise SpecdraftError(f"--verify-cost must be between 0 and 10, got {self.verify_cost}")
         if self.preset not in PRESETS:
             raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.online and self.preset == "seed":

@@ -84,11 +84,18 @@ def test_run_then_report(tmp_path):
 
 
 def test_demo_runs_offline(tmp_path):
-    result = run(["demo", "--traces", "200", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out")])
+    result = run(["demo", "--traces", "200", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out"),
+                  "--verify-cost", "0.07"])
     assert result.exit_code == 0, result.stderr
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["selected"]["avg_accepted"] > 0
     assert results["selected"]["avg_accepted"] <= results["oracle_best"]["avg_accepted"]
+    # --verify-cost: the draft length chosen for it, beside the standard costs
+    study = results["draft_length"]
+    assert study["verify_costs"] == [0.0, 0.01, 0.02, 0.05, 0.07, 0.1] and study["chosen"]["verify_cost"] == 0.07
+    assert study["chosen"]["adaptive"] == study["adaptive"]["0.07"]["speedup_at_its_cost"]
+    assert "draft length at --verify-cost 0.07" in result.stdout
+    assert run(["run", "--verify-cost", "-1", "--data", "x.parquet"]).exit_code == 1
 
 
 def test_empty_completions_are_counted_not_silent(tmp_path):

@@ -26,7 +26,7 @@ def test_adaptive_lengths_draft_what_pays():
 def test_length_study_reports_every_fixed_length_and_the_adaptive_one():
     curves = AcceptanceCurves(np.zeros(0), np.array([[0.9, 0.5, 0.1, 0.0]]))
     accepted = np.array([2, 0, 0, 1, 0])
-    study = length_study(curves, accepted, np.zeros(5), np.full(5, 4), np.array([0, 5]), costs=(0.0, 0.1))
+    study = length_study(curves, accepted, np.zeros(5), np.full(5, 4), np.array([0, 5]), 0.1, costs=(0.0,))
     assert sorted(study["fixed"]) == ["fixed_1", "fixed_2", "fixed_3", "fixed_4"]
     full = study["fixed"]["fixed_4"]
     assert (full["steps"], full["drafted_per_step"], full["accepted_per_step"]) == (2, 4.0, 1.5)
@@ -34,3 +34,8 @@ def test_length_study_reports_every_fixed_length_and_the_adaptive_one():
     # at c = 0.1 the gain of d tokens is (1 + 0.9 + 0.5 + ...) / (1 + 0.1 d): 2 tokens are best
     assert study["adaptive"]["0.1"]["drafted_per_step"] == 2.0
     assert study["adaptive"]["0.1"]["speedup_at_its_cost"] == study["fixed"]["fixed_2"]["speedup"]["0.1"]
+    # the run's --verify-cost joins the reported costs, and `chosen` compares the three there
+    assert study["verify_costs"] == [0.0, 0.1]
+    assert study["chosen"] == {"verify_cost": 0.1, "adaptive": study["adaptive"]["0.1"]["speedup"]["0.1"],
+                               "adaptive_drafted_per_step": 2.0, "fixed_4": full["speedup"]["0.1"],
+                               "best_fixed": "fixed_2", "best_fixed_speedup": study["fixed"]["fixed_2"]["speedup"]["0.1"]}

@@ -81,6 +81,7 @@ class Drafter:
         self.config = cfg
         self.policy = bundle.policy
         self.draft_len = cfg.draft_len
+        self.verify_cost = cfg.verify_cost  # the run's --verify-cost: propose(verify_cost=drafter.verify_cost)
         self.vocab_size = int(bundle.manifest["tokenizer"]["vocab_size"])
         self.run_id = bundle.manifest["run_id"]
         # (ctx_len, B^ctx_len mod M), longest first: the order the sources try them in

@@ -59,11 +59,13 @@ def _summary(drafted: np.ndarray, accepted: np.ndarray, costs: tuple[float, ...]
 
 
 def length_study(curves: AcceptanceCurves, accepted: np.ndarray, raw: np.ndarray, lengths: np.ndarray,
-                 offsets: np.ndarray, costs: tuple[float, ...] = VERIFY_COSTS) -> dict:
+                 offsets: np.ndarray, verify_cost: float, costs: tuple[float, ...] = VERIFY_COSTS) -> dict:
     """results.json's draft_length: per policy, drafted and accepted tokens per step and the
-    expected speedup at each verify cost. Arrays are per eval position (flat): the chosen draft's
+    expected speedup at each verify cost (VERIFY_COSTS and the run's --verify-cost), and `chosen`:
+    the three compared at the run's. Arrays are per eval position (flat): the chosen draft's
     accepted length, raw prediction and length (0: no draft)."""
     lengths = np.asarray(lengths, dtype=np.int64)
+    costs = tuple(sorted({*costs, float(verify_cost)}))
     table = {}
     for n in range(1, curves.survival.shape[1] + 1):
         table[f"fixed_{n}"] = _summary(*walk(accepted, np.minimum(lengths, n), offsets), costs)
@@ -71,4 +73,14 @@ def length_study(curves: AcceptanceCurves, accepted: np.ndarray, raw: np.ndarray
     for c in costs:
         summary = _summary(*walk(accepted, adaptive_lengths(curves, raw, lengths, c), offsets), costs)
         adaptive[str(c)] = {**summary, "speedup_at_its_cost": summary["speedup"][str(c)]}
-    return {"verify_costs": list(costs), "fixed": table, "adaptive": adaptive}
+    at = str(float(verify_cost))
+    best = max(table, key=lambda name: table[name]["speedup"][at])  # the first (shortest) best
+    chosen = {
+        "verify_cost": float(verify_cost),
+        "adaptive": adaptive[at]["speedup"][at],
+        "adaptive_drafted_per_step": adaptive[at]["drafted_per_step"],
+        f"fixed_{len(table)}": table[f"fixed_{len(table)}"]["speedup"][at],
+        "best_fixed": best,
+        "best_fixed_speedup": table[best]["speedup"][at],
+    }
+    return {"verify_costs": list(costs), "fixed": table, "adaptive": adaptive, "chosen": chosen}

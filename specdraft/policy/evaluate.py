@@ -320,7 +320,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
         chosen_raw[flat[first]] = predicted[first]
         chosen_len[flat[first]] = pc.list_value_length(drafts).to_numpy()[_run_starts(flat[tree_rows])]
-        draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets)
+        draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets, cfg.verify_cost)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
     positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,

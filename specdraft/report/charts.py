@@ -147,6 +147,13 @@ def summary_table(results: dict) -> str:
     total = results.get("timings_s", {}).get("total")
     if total is not None:
         footer += f"; total {total:.1f}s"
+    chosen = results.get("draft_length", {}).get("chosen")
+    if chosen:
+        full = next(key for key in chosen if key.startswith("fixed_"))
+        lines.append(f"draft length at --verify-cost {chosen['verify_cost']:g}: expected speedup "
+                     f"{chosen['adaptive']:.3f} adaptive ({chosen['adaptive_drafted_per_step']:.2f} tokens "
+                     f"drafted per step), {chosen['best_fixed_speedup']:.3f} {chosen['best_fixed']}, "
+                     f"{chosen[full]:.3f} {full}")
     loo = results.get("leave_one_out")
     if loo:
         lines.append("leave one out (selected without the source; marginal contribution):")
