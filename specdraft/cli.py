@@ -168,12 +168,16 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
 
     results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)
     if out:
+        from specdraft.report.html import write_html_report
+
         write_outputs(results, Path(out))
+        write_html_report(Path(inputs.warehouse), results, Path(out) / "report.html")
     from specdraft.report.charts import summary_table
 
     click.echo(summary_table(results))
     if out:
-        click.echo(f"wrote {Path(out) / 'results.json'} and {Path(out) / 'accepted_histogram.svg'}", err=True)
+        click.echo(f"wrote {Path(out) / 'results.json'}, {Path(out) / 'accepted_histogram.svg'} and "
+                   f"the report, {Path(out) / 'report.html'}", err=True)
     return results
 
 
@@ -182,7 +186,7 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
 @source_options
 @warehouse_options
 @click.option("--out", default="results", show_default=True, type=click.Path(),
-              help="Directory for results.json and accepted_histogram.svg.")
+              help="Directory for results.json, accepted_histogram.svg and report.html.")
 @click.option("--leave-one-out", is_flag=True,
               help="Also refit without each source and report its marginal contribution (--preset default).")
 @engine_options

@@ -77,6 +77,9 @@ def test_run_then_report(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["dataset"] == "mini" and results["eval_examples"] == 1
     assert (out / "accepted_histogram.svg").read_text().startswith("<svg")
+    # the run writes its report too, and says where
+    assert (out / "report.html").read_text().startswith("<!doctype html>")
+    assert f"{out / 'report.html'}" in result.stderr
     again = run(["report", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "again")])
     assert again.exit_code == 0
     recorded = json.loads((tmp_path / "again" / "results.json").read_text())

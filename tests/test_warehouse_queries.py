@@ -227,6 +227,11 @@ def test_html_report_has_its_charts(warehouse, tmp_path):
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched: works offline
     assert html.count('class="bar"') >= 3 * (results["draft_len"] + 1) + len(results["per_source"])
     assert "<table id=\"contexts\">" in html and html.count("<tr>") > 5
+    # acceptance by position: a y axis with its label and values from 0
+    positions = html.split('<div id="positions">', 1)[1].split("</svg>", 1)[0]
+    axis = positions.split('<g class="y-axis">', 1)[1].split("</g>", 1)[0]
+    assert "accepted tokens per position" in axis and 'font-size="11">0</text>' in axis
+    assert axis.count("<line") >= 3
     # draft length: one marker per fixed length and per verify cost's adaptive policy
     study = results["draft_length"]
     chart = html.split('<div id="draft-length">', 1)[1].split("</svg>", 1)[0]

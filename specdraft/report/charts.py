@@ -33,7 +33,7 @@ def _share(summary: dict, k: int) -> tuple[int, float]:
 
 def _axis_top(max_pct: float) -> tuple[float, float]:
     """The histogram's y axis: a round upper bound (at least 1%) and its step, at most ~5 ticks."""
-    return _nice_axis(max(max_pct, 1.0), max_ticks=5)
+    return nice_axis(max(max_pct, 1.0), max_ticks=5)
 
 
 def _text(x: float, y: float, content: str, size: int = 12, anchor: str = "middle", **attrs: str) -> str:
@@ -161,12 +161,12 @@ def summary_table(results: dict) -> str:
     return "\n".join([*lines, footer])
 
 
-def _nice_axis(max_value: float, max_ticks: int = 6) -> tuple[float, float]:
+def nice_axis(max_value: float, max_ticks: int = 6) -> tuple[float, float]:
     """A round upper bound for a linear axis from 0 and its tick step (at most ~max_ticks ticks).
 
-    >>> _nice_axis(2.103)
+    >>> nice_axis(2.103)
     (2.5, 0.5)
-    >>> _nice_axis(6988)
+    >>> nice_axis(6988)
     (8000.0, 2000.0)
     """
     max_value = max(float(max_value), 1e-9)
@@ -190,8 +190,8 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
     series = [(key, label, sorted(points), colours.get(key) or next(spare)) for key, label, points in series]
     xs = [x for *_, points, _ in series for x, _ in points]
     ys = [y for *_, points, _ in series for _, y in points]
-    x_top, x_step = _nice_axis(max(xs, default=1))
-    y_top, y_step = _nice_axis(max(ys, default=1), max_ticks=5)
+    x_top, x_step = nice_axis(max(xs, default=1))
+    y_top, y_step = nice_axis(max(ys, default=1), max_ticks=5)
 
     plot_w, plot_h = WIDTH - LEFT - RIGHT - 20, HEIGHT - TOP - BOTTOM
     base = TOP + plot_h

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specdraft.errors import SpecdraftError
 from specdraft.files import write_text
-from specdraft.report.charts import histogram_svg, line_chart_svg, svg_open
+from specdraft.report.charts import histogram_svg, line_chart_svg, nice_axis, svg_open
 from specdraft.warehouse.connection import Warehouse
 
 BAR_COLOUR = "#0072B2"
@@ -37,23 +37,33 @@ def bars_svg(items: list[tuple[str, float]], title: str, unit: str = "accepted t
 
 
 def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
-    """Columns per response-position bucket: mean accepted (and the oracle's, lighter behind)."""
-    width, height, left, bottom, top_pad = 900, 320, 60, 50, 40
-    top = max([r[3] for r in rows] + [r[2] for r in rows] + [1.0])
+    """Columns per response-position bucket: mean accepted (and the oracle's, lighter behind), on a
+    labelled y axis of accepted tokens."""
+    width, height, left, bottom, top_pad = 900, 320, 70, 50, 40
+    top, tick = nice_axis(max([r[3] for r in rows] + [r[2] for r in rows] + [1.0]), max_ticks=5)
     n = max(len(rows), 1)
     step = (width - left - 20) / n
     plot = height - bottom - top_pad
+    base = height - bottom
     parts = svg_open(title, f"{title}: mean accepted tokens (and the oracle's) per 32-token bucket",
                      width=width, height=height)
+    parts.append('<g class="y-axis">')
+    for i in range(round(top / tick) + 1):
+        y = base - plot * i * tick / top
+        parts.append(f'<line x1="{left}" x2="{width - 20}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="{"#333333" if i == 0 else "#dddddd"}" stroke-width="1"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{i * tick:g}</text>')
+    parts.append(f'<text x="18" y="{top_pad + plot / 2:.1f}" text-anchor="middle" font-size="12" '
+                 f'transform="rotate(-90 18 {top_pad + plot / 2:.1f})">accepted tokens per position</text></g>')
     for i, (bucket, positions, avg, oracle) in enumerate(rows):
         x = left + i * step
         for value, colour, cls in ((oracle, ORACLE_COLOUR, "oracle"), (avg, BAR_COLOUR, "bar")):
             h = plot * value / top
-            parts.append(f'<rect class="{cls}" x="{x + 1:.1f}" y="{height - bottom - h:.1f}" width="{max(step - 2, 1):.1f}" '
+            parts.append(f'<rect class="{cls}" x="{x + 1:.1f}" y="{base - h:.1f}" width="{max(step - 2, 1):.1f}" '
                          f'height="{h:.1f}" fill="{colour}"><title>positions {bucket}-{bucket + 31}: '
                          f"{cls} {value:.3f} over {positions} positions</title></rect>")
         if i % max(n // 10, 1) == 0:
-            parts.append(f'<text x="{x + step / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle" '
+            parts.append(f'<text x="{x + step / 2:.1f}" y="{base + 16}" text-anchor="middle" '
                          f'font-size="11">{bucket}</text>')
     parts.append(f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="12">'
                  "response position (32-token buckets); blue: chosen, orange: oracle</text></svg>")
