@@ -227,6 +227,11 @@ def test_html_report_has_its_charts(warehouse, tmp_path):
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # nothing fetched: works offline
     assert html.count('class="bar"') >= 3 * (results["draft_len"] + 1) + len(results["per_source"])
     assert "<table id=\"contexts\">" in html and html.count("<tr>") > 5
+    # the longest contexts that hit: multi-token, longest first, whitespace made visible
+    longest = html.split('<table id="longest-contexts">', 1)[1].split("</table>", 1)[0]
+    lengths = [int(cell) for cell in re.findall(r"</code></td><td>(\d+)</td>", longest)]
+    assert len(lengths) >= 5 and min(lengths) > 1 and lengths == sorted(lengths, reverse=True)
+    assert "\n" not in "".join(re.findall(r"<code>(.*?)</code>", longest, flags=re.DOTALL))
     # acceptance by position: a y axis with its label and values from 0
     positions = html.split('<div id="positions">', 1)[1].split("</svg>", 1)[0]
     axis = positions.split('<g class="y-axis">', 1)[1].split("</g>", 1)[0]

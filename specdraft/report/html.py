@@ -18,6 +18,15 @@ BAR_COLOUR = "#0072B2"
 ORACLE_COLOUR = "#E69F00"
 
 
+def visible_whitespace(text: str) -> str:
+    """Text with its whitespace shown: a newline as ⏎, a space as ·, a tab as →.
+
+    >>> visible_whitespace("a b\\n")
+    'a·b⏎'
+    """
+    return text.replace("\n", "⏎").replace(" ", "·").replace("\t", "→")
+
+
 def bars_svg(items: list[tuple[str, float]], title: str, unit: str = "accepted tokens / position") -> str:
     """Horizontal bars, one per (label, value), largest first; each bar is a rect.bar with a tooltip."""
     items = sorted(items, key=lambda item: -item[1])
@@ -70,7 +79,7 @@ def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
     return "".join(parts)
 
 
-def build_html(results: dict, positions: list, contexts: list) -> str:
+def build_html(results: dict, positions: list, contexts: list, longest: list = ()) -> str:
     per_source = [(name, s["avg_accepted"]) for name, s in results.get("per_source", {}).items()]
     headline = "".join(
         f"<tr><td>{escape(name)}</td><td>{results[key]['avg_accepted']:.3f}</td>"
@@ -79,8 +88,14 @@ def build_html(results: dict, positions: list, contexts: list) -> str:
         if key in results
     )
     context_rows = "".join(
-        f"<tr><td><code>{escape(text)}</code></td><td>{escape(source)}</td><td>{hits}</td><td>{chosen}</td></tr>"
+        f"<tr><td><code>{escape(visible_whitespace(text))}</code></td><td>{escape(source)}</td><td>{hits}</td>"
+        f"<td>{chosen}</td></tr>"
         for text, source, hits, chosen in contexts
+    )
+    longest_rows = "".join(
+        f"<tr><td><code>{escape(visible_whitespace(text))}</code></td><td>{ctx_len}</td><td>{escape(source)}</td>"
+        f"<td>{hits}</td><td>{chosen}</td></tr>"
+        for text, ctx_len, source, hits, chosen in longest
     )
     config = escape(json.dumps(results.get("config", {}), sort_keys=True))
     return f"""<!doctype html>
@@ -100,6 +115,10 @@ calibration {results.get("calibration_examples")}, eval {results.get("eval_examp
 <div id="positions">{position_svg(positions, "mean accepted by response position")}</div>
 {_multi_draft_section(results)}{_draft_length_section(results)}<h2>Contexts the chosen drafts hit most</h2>
 <table id="contexts"><tr><th>context</th><th>source</th><th>hits</th><th>chosen</th></tr>{context_rows}</table>
+<h2>The longest contexts the chosen drafts hit after</h2>
+<p>Whitespace shown: ⏎ a newline, · a space.</p>
+<table id="longest-contexts"><tr><th>context</th><th>tokens</th><th>source</th><th>hits</th><th>chosen</th></tr>
+{longest_rows}</table>
 <h2>Config</h2><pre>{config}</pre>
 </body></html>
 """
@@ -157,4 +176,5 @@ def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20)
     with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
         contexts = wh.query("report/run_top_contexts", {"run_id": run_id, "top": top}).fetchall()
-    return write_text(path, build_html(results, positions, contexts))
+        longest = wh.query("report/run_longest_contexts", {"run_id": run_id, "top": top}).fetchall()
+    return write_text(path, build_html(results, positions, contexts, longest))
