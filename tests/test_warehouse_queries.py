@@ -283,3 +283,32 @@ def test_sql_command_formats(warehouse, tmp_path):
     assert runner.invoke(main, [*base]).exit_code == 2  # no query
     bad = runner.invoke(main, [*base, "select * from no_such_table"])
     assert bad.exit_code == 1 and bad.stderr.count("\n") == 1 and "no_such_table" in bad.stderr
+
+
+def test_open_gives_a_read_only_notebook_handle(warehouse):
+    """specdraft.open: polars and Arrow results, the runs and datasets, the dataset's tables by
+    plain name (the latest ingested by default, another with use()), and no writes."""
+    import polars as pl
+    import pyarrow as pa
+
+    import specdraft
+    from specdraft.errors import SpecdraftError
+
+    with specdraft.open(warehouse) as wh:
+        assert wh.dataset == "tiny_side"  # ingested last
+        datasets = wh.datasets()
+        assert isinstance(datasets, pl.DataFrame) and sorted(datasets["name"].to_list()) == ["qwen_side", "tiny_side"]
+        runs = wh.runs()
+        assert runs.height == 2 and set(runs["dataset"].to_list()) == {"qwen_side", "tiny_side"}
+        assert runs["selected_avg_accepted"].min() > 0
+        frame = wh.use("qwen_side").sql("select count(*) as n from eval_positions where run_id = $run",
+                                         {"run": runs.filter(pl.col("dataset") == "qwen_side")["run_id"][0]})
+        assert frame.columns == ["n"] and frame["n"][0] > 0
+        table = wh.arrow("select source, count(*) as n from candidates group by source order by source")
+        assert isinstance(table, pa.Table) and "recent-copy:1" in table.column("source").to_pylist()
+        with pytest.raises(SpecdraftError, match="read-only"):
+            wh.sql("create table scratch as select 1 as x")
+        with pytest.raises(SpecdraftError, match="no dataset 'nope'"):
+            wh.use("nope")
+    with pytest.raises(SpecdraftError, match="no specdraft warehouse"):
+        specdraft.open(warehouse / "missing")
