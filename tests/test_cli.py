@@ -86,6 +86,25 @@ def test_run_then_report(tmp_path):
     assert recorded["selected"] == results["selected"] and recorded["run_id"] == results["run_id"]
 
 
+def test_run_with_a_qwen35_tokenizer_offline(tmp_path):
+    """The seed's own model family: --tokenizer Qwen/Qwen3.5-27B tokenizes offline and the run
+    records that vocabulary's fingerprint, not Qwen2.5's."""
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}")
+            for i in range(40)]
+    rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
+             ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
+    data = write_text_traces(tmp_path / "mini.parquet", rows)
+    out = tmp_path / "out"
+    result = run(["run", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--out", str(out),
+                  "--tokenizer", "Qwen/Qwen3.5-27B"])
+    assert result.exit_code == 0, result.stderr
+    recorded = json.loads((out / "results.json").read_text())["tokenizer"]
+    assert recorded == {"name": "Qwen/Qwen3.5-27B", "fingerprint": load_tokenizer("Qwen/Qwen3.5-27B").fingerprint}
+    assert recorded["fingerprint"] != load_tokenizer("Qwen/Qwen2.5-7B-Instruct").fingerprint
+
+
 def test_demo_runs_offline(tmp_path):
     result = run(["demo", "--traces", "200", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out"),
                   "--verify-cost", "0.07"])

