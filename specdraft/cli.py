@@ -340,6 +340,28 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
 
 
 @main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+              help="Warehouse directory.")
+@click.option("--html", "html_path", type=click.Path(),
+              help="Also write the comparison as a page, with example positions where the runs chose differently.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def compare(run_a, run_b, warehouse, html_path, debug) -> None:
+    """Two recorded runs side by side (A, B and B - A): the headline metrics, each source, response
+    position and, for runs on the same eval traces, trace and the positions where they chose
+    differently. Runs of different presets or datasets compare if they share a tokenizer; the
+    run ids are in `specdraft sql "select run_id, dataset, preset from main.runs"`."""
+    from specdraft.report.compare import compare_runs, compare_text, write_compare_html
+
+    cmp = compare_runs(Path(warehouse), run_a, run_b)
+    click.echo(compare_text(cmp))
+    if html_path:
+        click.echo(f"wrote {write_compare_html(cmp, Path(html_path))}", err=True)
+
+
+@main.command()
 @click.argument("run_id", required=False)
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
               help="Warehouse directory.")
