@@ -366,19 +366,21 @@ def compare(run_a, run_b, warehouse, html_path, debug) -> None:
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
               help="Warehouse directory.")
 @click.option("--out", default="results", show_default=True, type=click.Path(),
-              help="Directory for results.json and accepted_histogram.svg.")
+              help="Directory for results.json, accepted_histogram.svg and report.html.")
+@click.option("--all-traces", is_flag=True,
+              help="Embed every eval trace in the report's trace browser (default: the best, the worst and a sample).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def report(run_id, warehouse, out, debug) -> None:
+def report(run_id, warehouse, out, all_traces, debug) -> None:
     """Stage 8: write results.json, the histogram chart and report.html of a recorded run (default:
-    the latest). The HTML page is self-contained (works offline)."""
+    the latest). The HTML page is self-contained (works offline), with a trace browser."""
     from specdraft.report.charts import summary_table
     from specdraft.report.html import write_html_report
     from specdraft.report.results import load_run, write_outputs
 
     results = load_run(Path(warehouse), run_id)
     write_outputs(results, Path(out))
-    write_html_report(Path(warehouse), results, Path(out) / "report.html")
+    write_html_report(Path(warehouse), results, Path(out) / "report.html", all_traces=all_traces)
     click.echo(summary_table(results))
     click.echo(f"wrote {Path(out) / 'report.html'}", err=True)
 

@@ -93,7 +93,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         tables = {"store.arrow": pa.table({"token_id": store})}
         if preset == "default":
             lookups["ngram_rank2.arrow"] = _ngram(wh, len(store), cfg.draft_len, rank=2)
-            tables["trees.arrow"] = _trees(wh, run_id)
+            tables["trees.arrow"] = recorded_trees(wh, run_id)
     segments = {}
     for name, (ctx_lens, table) in lookups.items():
         tables[name] = table
@@ -184,7 +184,7 @@ def _ngram(wh, store_len: int, draft_len: int, rank: int) -> tuple[np.ndarray, p
     return ctx_lens, table
 
 
-def _trees(wh, run_id: str) -> pa.Table:
+def recorded_trees(wh, run_id: str) -> pa.Table:
     """The run's recorded confidence model; the scorer built from it is checked at load."""
     table = wh.query("live/bundle_trees", {"run_id": run_id}).to_arrow_table() if wh.has_table("policy_trees") else None
     if table is None or table.num_rows == 0:

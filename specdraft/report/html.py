@@ -12,6 +12,7 @@ from pathlib import Path
 from specdraft.errors import SpecdraftError
 from specdraft.files import write_text
 from specdraft.report.charts import histogram_svg, line_chart_svg, nice_axis, svg_open
+from specdraft.report.trace_browser import BROWSER_STYLE, browser_data, browser_section
 from specdraft.warehouse.connection import Warehouse
 
 BAR_COLOUR = "#0072B2"
@@ -79,7 +80,7 @@ def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
     return "".join(parts)
 
 
-def build_html(results: dict, positions: list, contexts: list, longest: list = ()) -> str:
+def build_html(results: dict, positions: list, contexts: list, longest: list = (), browser: dict | None = None) -> str:
     per_source = [(name, s["avg_accepted"]) for name, s in results.get("per_source", {}).items()]
     headline = "".join(
         f"<tr><td>{escape(name)}</td><td>{results[key]['avg_accepted']:.3f}</td>"
@@ -102,7 +103,8 @@ def build_html(results: dict, positions: list, contexts: list, longest: list = (
 <html lang="en"><head><meta charset="utf-8">
 <title>specdraft run {escape(str(results.get("run_id", "")))}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}table{{border-collapse:collapse}}
-td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}}code,pre{{white-space:pre-wrap}}</style>
+td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}}code,pre{{white-space:pre-wrap}}
+{BROWSER_STYLE}</style>
 </head><body>
 <h1>specdraft run {escape(str(results.get("run_id", "")))}</h1>
 <p>dataset <b>{escape(str(results.get("dataset")))}</b>, preset {escape(str(results.get("preset", "seed")))},
@@ -119,6 +121,7 @@ calibration {results.get("calibration_examples")}, eval {results.get("eval_examp
 <p>Whitespace shown: ⏎ a newline, · a space.</p>
 <table id="longest-contexts"><tr><th>context</th><th>tokens</th><th>source</th><th>hits</th><th>chosen</th></tr>
 {longest_rows}</table>
+{browser_section(browser) if browser else ""}
 <h2>Config</h2><pre>{config}</pre>
 </body></html>
 """
@@ -168,8 +171,9 @@ def _draft_length_section(results: dict) -> str:
             f"<th>adaptive</th></tr>{rows}</table>\n")
 
 
-def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20) -> Path:
-    """Read the run's per-position tables from the warehouse and write the page."""
+def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20, all_traces: bool = False) -> Path:
+    """Read the run's per-position tables from the warehouse and write the page (its trace browser
+    embeds some eval traces, or with all_traces every one)."""
     run_id = results.get("run_id")
     if not run_id:
         raise SpecdraftError("this run has no run_id; record it with `specdraft run` first")
@@ -177,4 +181,5 @@ def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20)
         positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
         contexts = wh.query("report/run_top_contexts", {"run_id": run_id, "top": top}).fetchall()
         longest = wh.query("report/run_longest_contexts", {"run_id": run_id, "top": top}).fetchall()
-    return write_text(path, build_html(results, positions, contexts, longest))
+        browser = browser_data(wh, results, all_traces)
+    return write_text(path, build_html(results, positions, contexts, longest, browser))
