@@ -132,6 +132,7 @@ RUN_POINTS = (
     "transaction:record_run:before_commit", "transaction:record_run:after_commit",
     "write:results.json:before_rename", "write:results.json:after_rename",
     "write:accepted_histogram.svg:before_rename", "write:accepted_histogram.svg:after_rename",
+    "write:report.html:before_rename", "write:report.html:after_rename",
 )
 APPEND_POINTS = (
     "write:parity_traces.parquet:before_rename", "write:parity_traces.parquet:after_rename",
@@ -255,11 +256,13 @@ def _tables(db: Path, tokens: list[str]) -> dict[str, tuple]:
 
 
 def _file_digests(path: Path, tokens: list[str]) -> tuple[str, str]:
-    """sha256 of the file, exactly and stably (results.json without timings and run id; Parquet as
-    its rows and its metadata without volatile strings)."""
+    """sha256 of the file, exactly and stably (results.json without timings and run id; report.html
+    with its run ids blanked; Parquet as its rows and its metadata without volatile strings)."""
     data = path.read_bytes()
     stable = data
-    if path.name == "results.json":
+    if path.name == "report.html":
+        stable = re.sub(rb"\d{8}T\d{6}Z-[0-9a-f]{6}", b"<run id>", data)
+    elif path.name == "results.json":
         results = json.loads(data)
         stable = json.dumps({k: v for k, v in results.items() if k not in VOLATILE_RESULTS}, sort_keys=True).encode()
     elif path.suffix == ".parquet":
