@@ -32,10 +32,7 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
     from specdraft.pipeline import stale_stages
 
     run_id = results["run_id"]
-    listing = wh.run_text(
-        "select trace_id, count(*) as positions, avg(accepted) as mean, avg(oracle_accepted) as oracle "
-        "from eval_positions where run_id = $run group by trace_id order by trace_id", {"run": run_id}
-    ).fetchall()
+    listing = wh.query("report/trace_acceptance", {"run_id": run_id}).fetchall()
     chosen = _embedded(listing, all_traces)
     wh.register("browser_traces", pa.table({"trace_id": pa.array(sorted(chosen), pa.int64())}))
     tokens = wh.query("report/browser_tokens", {"run_id": run_id}).to_arrow_table()
@@ -100,9 +97,16 @@ def _scored_drafts(wh: Warehouse, results: dict) -> list[tuple]:
                                    {s: (int(v["positions"]), int(v["accepted_sum"]))
                                     for s, v in policy["calibration"].items()})
         scores = candidate_policy_scores(drafts, seed)[0]
+    pieces = _pieces(wh)
+    texts = ["".join(pieces.get(token, "") for token in draft) for draft in drafts.column("draft").to_pylist()]
     return list(zip(*(drafts.column(c).to_pylist() for c in ("trace_id", "pos", "source", "accepted")),
-                    [None if s is None or not math.isfinite(s) else round(float(s), 4) for s in scores],
-                    drafts.column("text").to_pylist()))
+                    [None if s is None or not math.isfinite(s) else round(float(s), 4) for s in scores], texts))
+
+
+def _pieces(wh: Warehouse) -> dict[int, str]:
+    """Token id -> its text piece (as_text() renders a list of ids as their pieces joined)."""
+    vocab = wh.query("report/vocab_pieces").to_arrow_table()
+    return dict(zip(vocab.column("token_id").to_pylist(), vocab.column("piece").to_pylist()))
 
 
 def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[float | None]:
@@ -117,9 +121,7 @@ def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[f
         trees = recorded_trees(wh, results["run_id"])
     except SpecdraftError:  # nothing learnt (or a run before the trees were recorded)
         return [None] * drafts.num_rows
-    features = wh.run_text(
-        "select f.* from candidate_features as f join browser_traces as b using (trace_id) "
-        "where f.split = 'eval' order by f.trace_id, f.pos, f.family_order, f.ctx_len").to_arrow_table()
+    features = wh.query("report/browser_features").to_arrow_table()
     ensemble = TreeEnsemble(float(results["policy"]["baseline"]), trees, len(results["policy"]["features"]))
     expected = np.exp(ensemble.raw_predict(feature_matrix(features)))
     chosen_from = set(results["policy"]["choices"])

@@ -1,9 +1,10 @@
 -- out: browser_drafts
 -- grain: trace_id, pos, source
--- reads: candidates, vocab (through as_text), browser_traces (registered by the report)
+-- reads: candidates, browser_traces (registered by the report)
 -- params: (none)
--- Every source's draft at each eval position of the traces the browser embeds: its text, its
--- accepted length, and what the policy scores it by (candidate order: family, context length).
+-- Every source's draft at each eval position of the traces the browser embeds: its tokens (the
+-- report renders them with vocab_pieces), its accepted length, and what the policy scores it by
+-- (candidate order: family, context length).
 select
     c.trace_id,
     c.pos,
@@ -13,8 +14,7 @@ select
     c.count,
     c.score,
     c.accepted,
-    c.draft,
-    as_text(c.draft) as text
+    c.draft
 from candidates as c
 join browser_traces as b using (trace_id)
 where c.split = 'eval'
