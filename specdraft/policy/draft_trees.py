@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specdraft.errors import SpecdraftError
+from specdraft.policy.runs import rank_in_runs, run_starts
 
 TREE_BUDGETS = (16, 32, 64)  # tokens per tree, reported as tree_b16, tree_b32, tree_b64
 TREE_DRAFTS = 8  # a tree is built from the position's best distinct drafts, at most this many
@@ -126,8 +127,7 @@ def tree_holdings(curves: AcceptanceCurves, raw: np.ndarray, flat: np.ndarray, d
     union of those prefixes). Rows are drafts grouped by flat position, in candidate order within
     one; drafts holds their tokens. What is known when drafting only: no accepted lengths."""
     held = {budget: np.zeros(len(flat), dtype=np.int64) for budget in budgets}
-    starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]]) if len(flat) else np.zeros(0, dtype=np.int64)
-    for lo, hi in pairwise(_chunk_bounds(starts, len(flat))):
+    for lo, hi in pairwise(_chunk_bounds(run_starts(flat), len(flat))):
         for budget, values in _chunk_holdings(curves, raw[lo:hi], flat[lo:hi], drafts[lo:hi], budgets).items():
             held[budget][lo:hi] = values
     return held
@@ -138,7 +138,7 @@ def tree_accepted(accepted: np.ndarray, flat: np.ndarray, held: np.ndarray, n_po
     matching path, the most any of its drafts gets within what the tree holds of it."""
     out = np.zeros(n_positions, dtype=np.int64)
     if len(flat):
-        starts = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
+        starts = run_starts(flat)
         out[flat[starts]] = np.maximum.reduceat(np.minimum(accepted, held), starts)
     return out
 
@@ -182,6 +182,7 @@ def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]
     same_run = np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(axis=1)
     shared = np.r_[0, np.where(position[1:] == position[:-1],
                                np.minimum(same_run, np.minimum(lengths[1:], lengths[:-1])), 0)]
+    local = np.cumsum(np.r_[0, position[1:] != position[:-1]])  # each row's position, numbered 0, 1, ...
     # the nodes, depth by depth: the row that starts each, its chance, first draft and position
     node_of = np.full((n, width), -1, dtype=np.int64)
     best, first, depth, where = [], [], [], []
@@ -195,7 +196,7 @@ def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]
         best.append(np.maximum.reduceat(np.where(exists[:, j], chance[:, j], -1.0), starts))
         first.append(np.minimum.reduceat(np.where(exists[:, j], order, n), starts))
         depth.append(np.full(len(starts), j + 1, dtype=np.int64))
-        where.append(position[starts])
+        where.append(local[starts])
         node_of[:, j] = np.where(exists[:, j], total + np.cumsum(starts_node) - 1, -1)
         total += len(starts)
     best, first, depth, where = (np.concatenate(parts) for parts in (best, first, depth, where))
@@ -204,14 +205,11 @@ def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]
     # orders them exactly)
     levels = np.unique(curves.survival)
     chance_rank = len(levels) - 1 - np.searchsorted(levels, best)
-    local = _dense(where)
     row_bits, depth_bits, chance_bits = _bits(n + 1), _bits(width + 1), _bits(len(levels))
-    key = (((local << chance_bits | chance_rank) << depth_bits | depth) << row_bits) | first
+    key = (((where << chance_bits | chance_rank) << depth_bits | depth) << row_bits) | first
     ranked = np.argsort(key)
-    group = local[ranked]
-    group_start = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
     rank = np.empty(len(ranked), dtype=np.int64)
-    rank[ranked] = np.arange(len(ranked)) - np.repeat(group_start, np.diff(np.r_[group_start, len(ranked)]))
+    rank[ranked] = rank_in_runs(run_starts(where[ranked]), len(ranked))
     out = {}
     unsort = np.empty(n, dtype=np.int64)
     unsort[order] = np.arange(n)
@@ -219,7 +217,3 @@ def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]
         out[budget] = ((rank[node_of] < budget) & (node_of >= 0)).sum(axis=1)[unsort]
     return out
 
-
-def _dense(values: np.ndarray) -> np.ndarray:
-    """values numbered 0, 1, ... in sorted order of their distinct values."""
-    return np.unique(values, return_inverse=True)[1].astype(np.int64)

@@ -28,6 +28,7 @@ from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
+from specdraft.policy.runs import rank_in_runs, run_starts
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
@@ -83,15 +84,6 @@ def candidate_policy_scores(cand: pa.Table, policy: SourceAveragePolicy) -> tupl
         log1p = np.array([math.log1p(int(c)) for c in unique.tolist()])
         raw[is_ngram] = raw[is_ngram] + log1p[inverse]
     return policy.scores(sources, raw), raw
-
-
-def _run_starts(keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal keys begins (keys grouped, e.g. sorted).
-
-    >>> _run_starts(np.array([3, 3, 5, 7, 7])).tolist()
-    [0, 2, 3]
-    """
-    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, dtype=np.int64)
 
 
 def _group_starts(trace_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -271,7 +263,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     choice_rows = np.flatnonzero(np.isin(all_family, chosen_from))
     choices = everything.take(pa.array(choice_rows))
     predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
-    starts = _run_starts(flat)
+    starts = run_starts(flat)
     selected = np.zeros(n_positions, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
     multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
@@ -288,13 +280,13 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
             multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
         # each token tree from the position's TREE_DRAFTS best distinct drafts, best first
         tree_rows = top_distinct(predicted, flat, draft_keys, TREE_DRAFTS)
-        tree_drafts = (choices.column("trace_id").to_numpy()[tree_rows], choices.column("pos").to_numpy()[tree_rows])
+        tree_keys = (choices.column("trace_id").to_numpy()[tree_rows], choices.column("pos").to_numpy()[tree_rows])
     del choices  # the features are not read again: the trees' tokens take their place
     per_source, proposed = {}, {}
     for name in dict.fromkeys(all_family.tolist()):
         # the source alone: its own best-scored draft at each position where it has one
         rows = np.flatnonzero(all_family == name)
-        own_starts = _run_starts(all_flat[rows])
+        own_starts = run_starts(all_flat[rows])
         own_picks = rows[_pick(all_predicted[rows], own_starts)]
         alone = np.zeros(n_positions, dtype=np.int64)
         alone[all_flat[own_picks]] = all_accepted[own_picks]
@@ -303,23 +295,23 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     del everything
     draft_length, trees = None, None
     if len(starts) and policy.curves is not None:
-        drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_drafts)
+        drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_keys)
         held = tree_holdings(policy.curves, predicted[tree_rows], flat[tree_rows], drafts, TREE_BUDGETS)
         for budget, values in held.items():
             multi[f"tree_b{budget}"] = tree_accepted(accepted[tree_rows], flat[tree_rows], values, n_positions)
-        tree_starts = _run_starts(flat[tree_rows])
+        tree_starts = run_starts(flat[tree_rows])
         trees = pa.table({
-            "trace_id": tree_drafts[0],
-            "pos": tree_drafts[1],
-            "rank": np.arange(len(tree_rows)) - np.repeat(tree_starts, np.diff(np.r_[tree_starts, len(tree_rows)])),
+            "trace_id": tree_keys[0],
+            "pos": tree_keys[1],
+            "rank": rank_in_runs(tree_starts, len(tree_rows)),
             "draft": drafts,
             **{f"held_b{budget}": values for budget, values in held.items()},
         })
         # the chosen draft is each position's first tree row (its best distinct draft)
-        first = tree_rows[_run_starts(flat[tree_rows])]
+        first = tree_rows[tree_starts]
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
         chosen_raw[flat[first]] = predicted[first]
-        chosen_len[flat[first]] = pc.list_value_length(drafts).to_numpy()[_run_starts(flat[tree_rows])]
+        chosen_len[flat[first]] = pc.list_value_length(drafts).to_numpy()[tree_starts]
         draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets, cfg.verify_cost)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
@@ -369,9 +361,7 @@ def top_distinct(predicted, flat, draft_keys, k) -> np.ndarray:
     same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
     repeat[by_draft[1:][same]] = True
     kept = order[~repeat]
-    group_start = _run_starts(flat[kept])
-    rank = np.arange(len(kept)) - np.repeat(group_start, np.diff(np.r_[group_start, len(kept)]))
-    return kept[rank < k]
+    return kept[rank_in_runs(run_starts(flat[kept]), len(kept)) < k]
 
 
 def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:
