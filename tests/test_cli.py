@@ -64,12 +64,17 @@ def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 
 
-def test_run_then_report(tmp_path):
+def _mini_traces(tmp_path):
+    """40 train traces of sums, one calibration and one eval trace: a run in seconds."""
     rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}")
             for i in range(40)]
     rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
              ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
-    data = write_text_traces(tmp_path / "mini.parquet", rows)
+    return write_text_traces(tmp_path / "mini.parquet", rows)
+
+
+def test_run_then_report(tmp_path):
+    data = _mini_traces(tmp_path)
     out = tmp_path / "out"
     result = run(["run", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--out", str(out)])
     assert result.exit_code == 0, result.stderr
@@ -91,11 +96,7 @@ def test_run_with_a_qwen35_tokenizer_offline(tmp_path):
     records that vocabulary's fingerprint, not Qwen2.5's."""
     from specdraft.sources.tokenizer import load_tokenizer
 
-    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}")
-            for i in range(40)]
-    rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
-             ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
-    data = write_text_traces(tmp_path / "mini.parquet", rows)
+    data = _mini_traces(tmp_path)
     out = tmp_path / "out"
     result = run(["run", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--out", str(out),
                   "--tokenizer", "Qwen/Qwen3.5-27B"])

@@ -343,9 +343,7 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
             curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
             return ConfidenceChoice(tuple(str(c) for c in data["choices"]), tuple(data["features"]), ensemble,
                                     None if curves is None else AcceptanceCurves.from_dict(curves))
-        calibration = {s: (int(v["positions"]), int(v["accepted_sum"])) for s, v in data["calibration"].items()}
-        source_avg = {str(s): float(v) for s, v in data["source_avg"].items()}
-        return SourceAveragePolicy(float(data["global_avg"]), source_avg, calibration)
+        return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc
 

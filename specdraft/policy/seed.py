@@ -81,6 +81,13 @@ class SourceAveragePolicy:
     def model_table(self) -> None:
         return None  # to_dict() holds the whole policy
 
+    @classmethod
+    def from_dict(cls, data: dict) -> SourceAveragePolicy:
+        """The policy to_dict() recorded (results.json's policy, a bundle's policy.json)."""
+        calibration = {s: (int(v["positions"]), int(v["accepted_sum"])) for s, v in data["calibration"].items()}
+        source_avg = {str(s): float(v) for s, v in data["source_avg"].items()}
+        return cls(float(data["global_avg"]), source_avg, calibration)
+
     def to_dict(self) -> dict:
         return {
             "global_avg": self.global_avg,

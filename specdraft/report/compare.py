@@ -40,13 +40,12 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
     sources = dict.fromkeys([*a["per_source"], *b["per_source"]])
     by_source = [(name, a["per_source"].get(name, {}).get("avg_accepted"),
                   b["per_source"].get(name, {}).get("avg_accepted")) for name in sources]
-    positions = {run["run_id"]: _positions(warehouse, run) for run in (a, b)}
-    pa_, pb = positions[a["run_id"]], positions[b["run_id"]]
+    (pa_, buckets_a), (pb, buckets_b) = (_run_tables(warehouse, run) for run in (a, b))
     out = {
         "a": _about(a), "b": _about(b),
         "headline": headline,
         "by_source": by_source,
-        "by_position": _by_bucket(pa_, pb),
+        "by_position": [(k, buckets_a.get(k), buckets_b.get(k)) for k in sorted({*buckets_a, *buckets_b})],
         "same_traces": _same_traces(pa_, pb),
     }
     if out["same_traces"]:
@@ -59,20 +58,14 @@ def _about(run: dict) -> dict:
     return {key: run.get(key) for key in ("run_id", "dataset", "preset")} | {"tokenizer": run["tokenizer"]["name"]}
 
 
-def _positions(warehouse: Path, run: dict) -> pa.Table:
+def _run_tables(warehouse: Path, run: dict) -> tuple[pa.Table, dict[int, float]]:
+    """The run's eval positions, and its mean accepted per response-position bucket (the report's
+    acceptance_by_position)."""
     with Warehouse(warehouse, read_only=True, dataset=run["dataset"], memory_limit=None) as wh:
-        return wh.query("report/run_eval_positions", {"run_id": run["run_id"]}).to_arrow_table()
-
-
-def _by_bucket(a: pa.Table, b: pa.Table, width: int = 32) -> list[tuple[int, float | None, float | None]]:
-    """Mean accepted per 32-token bucket of response position, A and B."""
-    def means(table):
-        bucket = table.column("completion_pos").to_numpy() // width * width
-        accepted = table.column("accepted").to_numpy()
-        return {int(k): float(accepted[bucket == k].mean()) for k in np.unique(bucket)}
-
-    ma, mb = means(a), means(b)
-    return [(k, ma.get(k), mb.get(k)) for k in sorted({*ma, *mb})]
+        positions = wh.query("report/run_eval_positions", {"run_id": run["run_id"]}).to_arrow_table()
+        buckets = {int(bucket): float(avg) for bucket, _, avg, _ in
+                   wh.query("report/run_positions", {"run_id": run["run_id"]}).fetchall()}
+    return positions, buckets
 
 
 def _same_traces(a: pa.Table, b: pa.Table) -> bool:

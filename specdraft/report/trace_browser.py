@@ -92,11 +92,7 @@ def _scored_drafts(wh: Warehouse, results: dict) -> list[tuple]:
         from specdraft.policy.evaluate import candidate_policy_scores
         from specdraft.policy.seed import SourceAveragePolicy
 
-        policy = results["policy"]
-        seed = SourceAveragePolicy(float(policy["global_avg"]), {str(k): float(v) for k, v in policy["source_avg"].items()},
-                                   {s: (int(v["positions"]), int(v["accepted_sum"]))
-                                    for s, v in policy["calibration"].items()})
-        scores = candidate_policy_scores(drafts, seed)[0]
+        scores = candidate_policy_scores(drafts, SourceAveragePolicy.from_dict(results["policy"]))[0]
     pieces = _pieces(wh)
     texts = ["".join(pieces.get(token, "") for token in draft) for draft in drafts.column("draft").to_pylist()]
     return list(zip(*(drafts.column(c).to_pylist() for c in ("trace_id", "pos", "source", "accepted")),
