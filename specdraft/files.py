@@ -23,7 +23,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     `path`, otherwise removed. Failpoints `write:<file name>:before_rename` and `after_rename`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial_path(path)
+    partial = partial_path(path)
     try:
         yield partial
         reach(f"write:{path.name}:before_rename")
@@ -41,7 +41,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     `write:<name>:before_rename` and `after_rename`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial_path(path)
+    partial = partial_path(path)
     partial.mkdir()
     try:
         yield partial
@@ -65,7 +65,7 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def _partial_path(path: Path) -> Path:
+def partial_path(path: Path) -> Path:
     """`.<name>.<pid>.partial` beside `path`, after removing those a killed writer left behind
     (a partial whose pid is still running belongs to a live writer: keep it)."""
     for stale in path.parent.glob(f".{path.name}.*.partial"):

@@ -24,10 +24,15 @@ import pyarrow
 
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.failpoints import reach
+from specdraft.warehouse import snapshot
 from specdraft.warehouse.lock import LOCK_FILE, WriterLock
 from specdraft.warehouse.sql_files import SqlFile, load_sql
 
 DB_FILE = "specdraft.duckdb"
+# How long a writer waits for readers that opened the warehouse file before it started (each of
+# them holds it for one query; specdraft.open's handle opens it per query too).
+READERS_WAIT_S = 30.0
+READERS_POLL_S = 0.05
 
 
 def default_memory_limit() -> str:
@@ -101,6 +106,8 @@ class Warehouse:
     # Each dataset's tables live in a schema named after it; runs and the catalog live in main.
     dataset: str | None = None
     con: duckdb.DuckDBPyConnection | None = None
+    snapshot: bool = field(default=False, init=False)  # a reader answering from the snapshot
+    _copy: snapshot.Copy | None = field(default=None, init=False, repr=False)  # the writer's copy for readers
     _uncached: bool = field(default=False, init=False, repr=False)  # see uncached()
 
     def __post_init__(self) -> None:
@@ -112,9 +119,10 @@ class Warehouse:
         if self.read_only and not db_path.exists():
             raise SpecdraftError(f"{db_path}: no warehouse here; run `specdraft run` first")
         if not self.read_only:
+            snapshot.Copy.wait_for_pending()  # this process's last writer may still hold the lock
             self._lock = WriterLock(self.root / LOCK_FILE)
         try:
-            self.con = duckdb.connect(str(db_path), read_only=self.read_only)
+            self.con = self._connect_reader(db_path) if self.read_only else self._connect_writer(db_path)
         except duckdb.IOException as exc:
             self._release_lock()
             holder = WriterLock.holder(self.root / LOCK_FILE)
@@ -123,10 +131,63 @@ class Warehouse:
             raise SpecdraftError(f"{db_path}: warehouse is unreadable ({first_line(exc)})") from exc
         if not self.read_only:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
+            # only publish_snapshot checkpoints, never while it copies (snapshot.py)
+            self.con.execute("set checkpoint_threshold = '1000TB'")
+            if not snapshot.is_current(db_path):  # readers of the build to come read this state
+                self.publish_snapshot()
         if self.memory_limit:
             self.con.execute("set memory_limit = ?", [duckdb_memory_limit(self.memory_limit)])
         if self.dataset:
             self.use_dataset(self.dataset)
+
+    def _connect_reader(self, db_path: Path) -> duckdb.DuckDBPyConnection:
+        """The warehouse file read-only; while a writer holds it, the state it last committed
+        (snapshot.py)."""
+        try:
+            return duckdb.connect(str(db_path), read_only=True)
+        except duckdb.IOException:
+            copy = snapshot.snapshot_path(self.root)
+            if not WriterLock.holder(self.root / LOCK_FILE) or not copy.exists():
+                raise
+        self.snapshot = True
+        log.warning("%s: a run is building (%s); reading the state it last committed", self.root,
+                    WriterLock.holder(self.root / LOCK_FILE))
+        return duckdb.connect(str(copy), read_only=True)
+
+    def _connect_writer(self, db_path: Path) -> duckdb.DuckDBPyConnection:
+        """The warehouse file read-write, once the readers that have it open (one query each)
+        are done: up to READERS_WAIT_S."""
+        waited = 0.0
+        while True:
+            try:
+                return duckdb.connect(str(db_path))
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+                if waited >= READERS_WAIT_S:
+                    self._release_lock()
+                    raise SpecdraftError(f"{self.root}: warehouse is busy: other processes have held it open "
+                                         f"for {READERS_WAIT_S:.0f} s ({first_line(exc)})") from exc
+            time.sleep(READERS_POLL_S)
+            waited += READERS_POLL_S
+
+    def publish_snapshot(self) -> None:
+        """Let readers see what is committed now: checkpoint (the WAL into the file), then copy the
+        file to the snapshot beside the work that follows (snapshot.py)."""
+        self._wait_for_copy()
+        started = time.perf_counter()
+        self.con.execute("checkpoint")
+        self._copy = snapshot.Copy(self.root / DB_FILE)
+        log.debug("checkpointed in %.2fs; copying for readers", time.perf_counter() - started)
+
+    def _wait_for_copy(self) -> None:
+        """The snapshot's copy, if one runs, finished: before DuckDB checkpoints (which may write
+        over the blocks being copied) or closes."""
+        if self._copy is not None:
+            started = time.perf_counter()
+            self._copy.wait()
+            self._copy = None
+            log.debug("waited %.2fs for the snapshot's copy", time.perf_counter() - started)
 
     def use_dataset(self, name: str) -> None:
         """Make `name`'s schema the current one: unqualified table names resolve (and are created) there."""
@@ -172,6 +233,7 @@ class Warehouse:
         other._lock = None
         other.read_only = True  # nothing is written there
         other._uncached = False
+        other._copy = None  # the writer's
         try:
             if self.dataset:
                 other.use_dataset(self.dataset)
@@ -221,9 +283,16 @@ class Warehouse:
         pyarrow.default_memory_pool().release_unused()
 
     def close(self) -> None:
+        copy, self._copy = self._copy, None
         if self.con is not None:
+            if copy is not None and (self.root / f"{DB_FILE}.wal").exists():
+                copy.wait()  # closing checkpoints the WAL: not while the copy runs
+                copy = None
             self.con.close()
             self.con = None
+        if copy is not None:  # closed without writing: the copy finishes beside what comes next
+            copy.then(self._release_lock)
+            return
         self._release_lock()
 
     def _release_lock(self) -> None:
@@ -373,6 +442,7 @@ class Warehouse:
             self.con.execute("rollback")
             raise
         self.con.execute("commit")
+        self.publish_snapshot()
         reach(f"transaction:{name}:after_commit")
 
     def built_with(self, stage: str) -> str | None:

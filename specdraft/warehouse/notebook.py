@@ -7,7 +7,7 @@
 
 Queries run as given, in the dataset's schema (the latest ingested one unless named), as
 `specdraft sql` runs them; results are polars DataFrames (`.arrow()` for Arrow tables). The handle
-never writes: the connection is DuckDB's read-only one.
+never writes: its connections are DuckDB's read-only ones, one per query.
 """
 
 from __future__ import annotations
@@ -24,52 +24,65 @@ RUN_COLUMNS = ("run_id", "created_at", "dataset", "preset", "tokenizer", "select
 
 
 class WarehouseReader:
-    """What specdraft.open returns; a context manager (or call close())."""
+    """What specdraft.open returns; a context manager (or call close()).
+
+    Each call opens the warehouse for its one query and closes it, so that the handle never holds
+    the file: a run can start while a notebook is open, and while it builds the handle answers
+    from the state the run last committed (warehouse/snapshot.py)."""
 
     def __init__(self, path: str | Path, dataset: str | None = None) -> None:
-        root = Path(path)
-        if not (root / "specdraft.duckdb").exists():
-            raise SpecdraftError(f"{root}: no specdraft warehouse here (no specdraft.duckdb)")
-        self._wh = Warehouse(root, read_only=True, memory_limit=None)
+        self.root = Path(path)
+        if not (self.root / "specdraft.duckdb").exists():
+            raise SpecdraftError(f"{self.root}: no specdraft warehouse here (no specdraft.duckdb)")
         self.dataset: str | None = None
-        self.use(dataset or default_dataset(self._wh))
+        if dataset is None:
+            with self._open() as wh:
+                dataset = default_dataset(wh)
+        self.use(dataset)
 
     def use(self, dataset: str | None) -> Self:
         """Query `dataset`'s tables by their plain names from now on."""
-        if dataset is not None:
-            if dataset not in self.datasets()["name"].to_list():
-                raise SpecdraftError(f"no dataset {dataset!r} in this warehouse; see .datasets()")
-            self._wh.use_dataset(dataset)
+        if dataset is not None and dataset not in self.datasets()["name"].to_list():
+            raise SpecdraftError(f"no dataset {dataset!r} in this warehouse; see .datasets()")
         self.dataset = dataset
         return self
 
     def sql(self, query: str, params: list | dict | None = None):
         """The query's rows as a polars DataFrame."""
-        return self._relation(query, params).pl()
+        with self._open(self.dataset) as wh:
+            return self._relation(wh, query, params).pl()
 
     def arrow(self, query: str, params: list | dict | None = None):
         """The query's rows as a pyarrow Table."""
-        return self._relation(query, params).to_arrow_table()
+        with self._open(self.dataset) as wh:
+            return self._relation(wh, query, params).to_arrow_table()
 
     def runs(self):
         """Every recorded run, newest first: its id, dataset, preset and headline figures (the
         config and results JSON are main.runs' `config` and `results`)."""
-        if not self._wh.has_table("runs", "main"):
+        with self._open() as wh:
+            has_runs = wh.has_table("runs", "main")
+        if not has_runs:
             return self.sql(f"select {', '.join(f'null as {c}' for c in RUN_COLUMNS)} where false")
         return self.sql(f"select {', '.join(RUN_COLUMNS)} from main.runs order by created_at desc, run_id")
 
     def datasets(self):
         """Every dataset in the warehouse (main.datasets): name, traces file, tokenizer, traces."""
-        return self._wh.query("warehouse/datasets").pl()
+        with self._open() as wh:
+            return wh.query("warehouse/datasets").pl()
 
-    def _relation(self, query: str, params: Any):
-        relation = self._wh.run_text(query, params)
+    def _open(self, dataset: str | None = None) -> Warehouse:
+        return Warehouse(self.root, read_only=True, memory_limit=None, dataset=dataset)
+
+    @staticmethod
+    def _relation(wh: Warehouse, query: str, params: Any):
+        relation = wh.run_text(query, params)
         if relation is None:
             raise SpecdraftError("the statement returns no rows (the handle is read-only: it runs queries)")
         return relation
 
     def close(self) -> None:
-        self._wh.close()
+        """Nothing to release (each query opened and closed the warehouse); kept for `with`."""
 
     def __enter__(self) -> Self:
         return self
@@ -78,7 +91,7 @@ class WarehouseReader:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<specdraft warehouse {self._wh.root} (dataset {self.dataset})>"
+        return f"<specdraft warehouse {self.root} (dataset {self.dataset})>"
 
 
 def open_warehouse(path: str | Path = "warehouse", dataset: str | None = None) -> WarehouseReader:

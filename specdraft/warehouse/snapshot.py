@@ -1,0 +1,103 @@
+"""Reading while a run builds: the snapshot, a copy of the warehouse's DuckDB file as its writer
+last committed it.
+
+DuckDB lets one process open a database file for writing, and then no other process may open it,
+not even to read. A build holds the file for minutes, so readers (`specdraft sql`, `report`,
+`compare`, `lookup`, `specdraft.open`) would be locked out for all of it. Instead, after each
+commit the writer checkpoints (the commit's WAL into the file) and copies the file to
+`specdraft.snapshot.duckdb`, under a temporary name renamed over the old copy when done; a reader
+that finds the file locked opens the snapshot. It so holds a whole committed state, the old copy
+or the new one, which the rename cannot change under it (its file stays open). When no build
+runs, readers open the warehouse file itself.
+
+The copy runs beside the build, in a `cp` process, while the next stage writes, for this reason:
+DuckDB never writes over the blocks of its last checkpoint until it checkpoints again (a
+transaction's writes go to blocks that checkpoint left free), so between two checkpoints the file
+holds that checkpoint's state, read as such however the rest of the file changes. The writer
+waits for the copy before it checkpoints again or closes, and turns DuckDB's automatic
+checkpoints off (checkpoint_threshold) so that none comes between. Block checksums, checked on
+every read, would catch a copy this reasoning got wrong;
+tests/test_reading_while_building.py checks the reasoning itself on the DuckDB installed.
+
+The copy is made by another process also because DuckDB's lock is a POSIX record lock, which the
+kernel drops when the process closes any descriptor of the file, as copying it in-process would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+from specdraft.files import partial_path
+
+SNAPSHOT_FILE = "specdraft.snapshot.duckdb"
+log = logging.getLogger("specdraft.sql")
+
+
+def snapshot_path(root: Path) -> Path:
+    return Path(root) / SNAPSHOT_FILE
+
+
+def is_current(db_path: Path) -> bool:
+    """Does the snapshot hold the warehouse file as it is now? It was copied after the file's last
+    change, so it is newer; a file changed since (a run killed between its commit and its copy, a
+    warehouse made before snapshots, `specdraft sql --write`) is as new or newer."""
+    snapshot = snapshot_path(db_path.parent)
+    if not snapshot.exists() or Path(f"{db_path}.wal").exists():
+        return False
+    return os.stat(db_path).st_mtime_ns < os.stat(snapshot).st_mtime_ns
+
+
+class Copy:
+    """The warehouse file being copied to the snapshot: `cp` into a partial file beside it, which
+    a thread renames over the snapshot as soon as cp is done. The writer waits for it before it
+    checkpoints; it may close first when closing writes nothing (no WAL), handing the copy the
+    writer's lock to release when done, so that the copy overlaps what the process does next
+    (results, report) and no other writer starts meanwhile. The thread is not a daemon: the
+    process exits after the copy."""
+
+    pending: ClassVar[set[Copy]] = set()  # copies of this process not done yet (Warehouse waits before writing)
+
+    def __init__(self, db_path: Path) -> None:
+        self.snapshot = snapshot_path(db_path.parent)
+        self.partial = partial_path(self.snapshot)
+        self._then = []
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(["cp", str(db_path), str(self.partial)], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        Copy.pending.add(self)
+        self.thread = threading.Thread(target=self._rename_when_copied, name="snapshot-copy")
+        self.thread.start()
+
+    def _rename_when_copied(self) -> None:
+        _, error = self.process.communicate()
+        if self.process.returncode == 0:
+            os.replace(self.partial, self.snapshot)
+        else:  # readers keep the last whole copy
+            self.partial.unlink(missing_ok=True)
+            log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
+        with self._lock:
+            then, self._then = self._then, None
+        for action in then:
+            action()
+        Copy.pending.discard(self)
+
+    def then(self, action) -> None:
+        """Run `action` when the copy is done (now, if it is)."""
+        with self._lock:
+            if self._then is not None:
+                self._then.append(action)
+                return
+        action()
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    @classmethod
+    def wait_for_pending(cls) -> None:
+        for copy in list(cls.pending):
+            copy.wait()

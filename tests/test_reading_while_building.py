@@ -1,0 +1,195 @@
+"""Reading while a run builds (warehouse/snapshot.py): a run held at a failpoint, in its own
+process, while `specdraft sql`, the notebook handle and `lookup` read the warehouse.
+
+The run is paused, not timed: it waits at the failpoint until the test releases it, so a reader that
+waited for the writer would never answer (the test would hang until pytest's timeout), and one that
+answers shows the state as of the pause exactly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import specdraft
+from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.snapshot import SNAPSHOT_FILE
+
+from .conftest import FIXTURES
+from .test_reliability import KILL_FLAGS, OTHER, cli
+
+DATA = str(FIXTURES / "parity_traces.parquet")
+# What a reader is asked: which n-gram tables are there (the killed-run settings keep 2
+# continuations per context, the first run's keep more), and how many runs are recorded.
+STATE_QUERY = ("select max(rank) as continuations, count(*) as rows, "
+               "(select count(*) from main.runs) as runs from exact_continuations")
+PAUSE_WAIT_S = 120  # how long the test waits for the run to reach a pause before failing
+
+
+def from_snapshot(root: Path) -> bool:
+    """Does a reader open the snapshot now, rather than the warehouse file (which a writer must
+    then hold locked)?"""
+    with Warehouse(root, read_only=True, memory_limit=None) as wh:
+        return wh.snapshot
+
+
+def state(root: Path) -> tuple[tuple[int, ...], float]:
+    """STATE_QUERY's answer (continuations, rows, runs) through `specdraft sql` (in this
+    process), and how long it took."""
+    started = time.perf_counter()
+    result = cli("sql", "--warehouse", root, "--format", "csv", STATE_QUERY)
+    took = time.perf_counter() - started
+    assert result.exit_code == 0, result.output
+    header, row = result.stdout.split()
+    assert header == "continuations,rows,runs"
+    return tuple(map(int, row.split(","))), took
+
+
+def until(ask, done):
+    """ask() until done(answer), up to PAUSE_WAIT_S: the answer."""
+    deadline = time.monotonic() + PAUSE_WAIT_S
+    while not done(answer := ask()):
+        assert time.monotonic() < deadline, f"still {answer}"
+        time.sleep(0.01)
+    return answer
+
+
+class HeldRun:
+    """`specdraft run` in its own process, pausing at the given failpoints in turn: `wait_for`
+    waits until it has reached the next one, `release` lets it go on to the next."""
+
+    def __init__(self, root: Path, points: list[str]) -> None:
+        self.log = root.parent / "failpoints.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPECDRAFT_FAILPOINT")}
+        env["SPECDRAFT_FAILPOINT"] = ";".join(f"{point}=pause" for point in points)
+        env["SPECDRAFT_FAILPOINT_LOG"] = str(self.log)
+        command = [sys.executable, "-m", "specdraft.cli", "run", *KILL_FLAGS, *OTHER, "--data", DATA,
+                   "--warehouse", str(root), "--out", str(root.parent / "out2")]
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_for(self, point: str) -> None:
+        deadline = time.monotonic() + PAUSE_WAIT_S
+        while f"failpoint {point} reached" not in (self.log.read_text() if self.log.exists() else ""):
+            assert self.process.poll() is None, self.process.stderr.read()
+            assert time.monotonic() < deadline, f"the run never reached {point}"
+            time.sleep(0.01)
+
+    def release(self) -> None:
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def finish(self) -> int:
+        self.process.stdin.close()
+        self.process.wait(timeout=PAUSE_WAIT_S)
+        return self.process.returncode
+
+
+@pytest.fixture
+def built(tmp_path) -> Path:
+    """A warehouse with one run recorded, and a snapshot of it."""
+    root = tmp_path / "wh"
+    assert cli("run", *KILL_FLAGS, "--data", DATA, "--warehouse", root, "--out", tmp_path / "out").exit_code == 0
+    return root
+
+
+def test_readers_answer_the_last_committed_state_while_a_run_builds(built):
+    before, _ = state(built)
+    run = HeldRun(built, ["transaction:ngram_tables:before_commit", "transaction:candidates:after_commit"])
+    try:
+        # the new n-gram tables are written, not committed: readers see the state before the run
+        run.wait_for("transaction:ngram_tables:before_commit")
+        held, took = state(built)
+        assert held == before and took < 1.0 and from_snapshot(built)
+        with specdraft.open(built) as notebook:  # the handle too, and it holds nothing open
+            assert notebook.sql("select count(*) as n from main.runs")["n"].to_list() == [1]
+        run.release()
+        # the n-gram tables and candidates are committed, the run not yet recorded; readers see
+        # them once their copy is in (it runs beside the build; the run waits here meanwhile)
+        run.wait_for("transaction:candidates:after_commit")
+        middle, took = until(lambda: state(built), lambda answer: answer[0] != before)
+        assert middle[-1] == before[-1] and took < 1.0
+        assert from_snapshot(built)  # the writer still holds its file: publishing kept its lock
+        run.release()
+    finally:
+        code = run.finish()
+    assert code == 0
+    after, _ = state(built)  # no run building: the warehouse file itself, with the second run
+    assert not from_snapshot(built)
+    assert after[:-1] == middle[:-1] and after[-1] == before[-1] + 1
+
+
+def test_a_run_starts_while_a_notebook_handle_is_open(built):
+    """specdraft.open opens the warehouse per query, so a writer is never locked out by it."""
+    with specdraft.open(built) as notebook:
+        assert len(notebook.runs()) == 1
+        run = HeldRun(built, [])
+        assert run.finish() == 0
+        assert len(notebook.runs()) == 2
+
+
+def test_what_was_written_outside_a_run_is_in_the_snapshot_of_the_next(built):
+    """`specdraft sql --write` changes the warehouse file after the last snapshot; the next run
+    copies it again before building, so its readers see that change, and nothing half-written is
+    left beside the copy."""
+    assert cli("sql", "--warehouse", built, "--write", "create table main.notes as select 42 as answer").exit_code == 0
+    run = HeldRun(built, ["transaction:ngram_tables:before_commit"])
+    try:
+        run.wait_for("transaction:ngram_tables:before_commit")
+        result = cli("sql", "--warehouse", built, "--format", "csv", "select answer from main.notes")
+        assert result.exit_code == 0 and result.stdout.split() == ["answer", "42"]
+    finally:
+        run.process.kill()
+        run.finish()
+    assert [p.name for p in built.iterdir() if "partial" in p.name] == []
+    assert (built / SNAPSHOT_FILE).exists()
+
+
+SLOW_COPY = """
+import sys, time
+with open(sys.argv[1], "rb") as source, open(sys.argv[2], "wb") as copy:
+    while chunk := source.read(1 << 20):
+        copy.write(chunk)
+        time.sleep(0.01)
+"""
+
+
+def test_a_copy_made_while_a_transaction_writes_reads_as_the_last_checkpoint(tmp_path):
+    """What snapshot.py rests on, checked on the DuckDB installed: a copy of the file made while
+    a transaction writes (new tables, deletes, inserts and updates of a checkpointed one; the
+    copier slowed so that dozens of statements land during it) is the last checkpoint's state,
+    every table whole and every block's checksum good. Written from the experiment that chose
+    the design: 5 rounds of 22-27 statements during each copy, every copy exact."""
+    import duckdb
+
+    db = tmp_path / "main.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("set checkpoint_threshold = '1000TB'")
+    con.execute("create table t as select range as i, hash(range) as h from range(1000000)")
+    con.execute("checkpoint")
+    for round in range(2):
+        expected = {"t": con.execute("select count(*), sum(h) from t").fetchall()}
+        expected |= {name: con.execute(f"select count(*), sum(h) from {name}").fetchall()
+                     for (name,) in con.execute("select table_name from duckdb_tables() where table_name != 't'").fetchall()}
+        copier = subprocess.Popen([sys.executable, "-c", SLOW_COPY, str(db), str(tmp_path / f"copy{round}.duckdb")])
+        con.execute("begin")
+        statements = 0
+        while copier.poll() is None:
+            con.execute(f"create or replace table u{round}_{statements % 3} as "
+                        f"select range as i, hash(range + {statements}) as h from range(1000000)")
+            con.execute("delete from t where i % 7 = 0")
+            con.execute(f"insert into t select range + {10**7 * (statements + 1)}, 1 from range(200000)")
+            con.execute("update t set h = 0 where i % 11 = 0")
+            statements += 4
+        assert copier.returncode == 0 and statements >= 8  # the copy overlapped the writes
+        copy = duckdb.connect(str(tmp_path / f"copy{round}.duckdb"), read_only=True)
+        got = {name: copy.execute(f"select count(*), sum(h) from {name}").fetchall()
+               for (name,) in copy.execute("select table_name from duckdb_tables()").fetchall()}
+        copy.close()
+        assert got == expected
+        con.execute("commit")
+        con.execute("checkpoint")
+    con.close()
