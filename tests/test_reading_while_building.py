@@ -7,6 +7,7 @@ answers shows the state as of the pause exactly."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,8 @@ def test_readers_answer_the_last_committed_state_while_a_run_builds(built):
         assert held == before and took < 1.0 and from_snapshot(built)
         with specdraft.open(built) as notebook:  # the handle too, and it holds nothing open
             assert notebook.sql("select count(*) as n from main.runs")["n"].to_list() == [1]
+        lookup = cli("lookup", "--warehouse", built, "--format", "json", "the answer is")
+        assert lookup.exit_code == 0 and json.loads(lookup.stdout)
         run.release()
         # the n-gram tables and candidates are committed, the run not yet recorded; readers see
         # them once their copy is in (it runs beside the build; the run waits here meanwhile)
