@@ -71,7 +71,7 @@ def partial_path(path: Path) -> Path:
     for stale in path.parent.glob(f".{path.name}.*.partial"):
         pid = stale.name[len(path.name) + 2 : -len(".partial")]
         pid = pid.removesuffix(".old")
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not running(int(pid)):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
@@ -79,7 +79,7 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.partial")
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -196,3 +196,50 @@ def test_a_copy_made_while_a_transaction_writes_reads_as_the_last_checkpoint(tmp
         con.execute("commit")
         con.execute("checkpoint")
     con.close()
+
+
+# A writer that commits once and hands the copy's pid out, then closes when told and exits.
+COMMIT_AND_EXIT = """
+import sys
+from specdraft.warehouse.connection import Warehouse
+wh = Warehouse(sys.argv[1], memory_limit=None)
+with wh.transaction("test"):
+    wh.run_text("create or replace table main.marker as select 7 as n")
+print(wh._copy.process.pid, flush=True)
+sys.stdin.readline()
+wh.close()
+"""
+
+
+def test_the_last_copy_holds_the_lock_after_its_writer_has_exited(built):
+    """A writer that ends while its last copy runs does not wait for it: the copy inherits the
+    writer's lock and holds it until the copy is in. Here the copy is stopped (SIGSTOP) so that it
+    is certainly still running: the writer exits; readers read the warehouse file meanwhile; a next
+    writer waits (the lock names a process that has ended) rather than failing, and goes on once
+    the copy is let go (SIGCONT)."""
+    import signal
+
+    writer = subprocess.Popen([sys.executable, "-c", COMMIT_AND_EXIT, str(built)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    copier = int(writer.stdout.readline())
+    os.kill(copier, signal.SIGSTOP)
+    try:
+        writer.stdin.write("close\n")
+        writer.stdin.flush()
+        assert writer.wait(timeout=PAUSE_WAIT_S) == 0  # ended, its copy still there
+        result = cli("sql", "--warehouse", built, "--format", "csv", "select n from main.marker")
+        assert result.exit_code == 0 and result.stdout.split() == ["n", "7"]
+        follower = subprocess.Popen([sys.executable, "-m", "specdraft.cli", "sql", "--warehouse", str(built), "--write",
+                                     "create table main.after as select 1 as n"], stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):  # waiting for the lock, not refused
+            follower.wait(timeout=3)
+    finally:
+        os.kill(copier, signal.SIGCONT)
+    assert follower.wait(timeout=PAUSE_WAIT_S) == 0, follower.stderr.read()
+    with Warehouse(built, read_only=True, memory_limit=None) as wh:
+        assert wh.run_text("select count(*) from main.after").fetchall() == [(1,)]
+    import duckdb  # the copy that was stopped is whole
+
+    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
+    assert copy.execute("select n from main.marker").fetchall() == [(7,)]
+    copy.close()

@@ -177,7 +177,7 @@ class Warehouse:
         self._wait_for_copy()
         started = time.perf_counter()
         self.con.execute("checkpoint")
-        self._copy = snapshot.Copy(self.root / DB_FILE)
+        self._copy = snapshot.Copy(self.root / DB_FILE, self._lock.fileno())
         log.debug("checkpointed in %.2fs; copying for readers", time.perf_counter() - started)
 
     def _wait_for_copy(self) -> None:
@@ -290,10 +290,7 @@ class Warehouse:
                 copy = None
             self.con.close()
             self.con = None
-        if copy is not None:  # closed without writing: the copy finishes beside what comes next
-            copy.then(self._release_lock)
-            return
-        self._release_lock()
+        self._release_lock()  # a copy still running holds the lock until it is in
 
     def _release_lock(self) -> None:
         lock = getattr(self, "_lock", None)

@@ -9,6 +9,9 @@ from pathlib import Path
 from specdraft.errors import SpecdraftError
 
 LOCK_FILE = ".writer.lock"
+# How long a writer waits for the last snapshot copy of a writer that has ended.
+COPY_WAIT_S = 600.0
+COPY_POLL_S = 0.05
 
 
 
@@ -21,12 +24,20 @@ class WriterLock:
         import fcntl
 
         self.file = open(path, "a+")  # noqa: SIM115 - held open for the writer's lifetime
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.close()
-            holder = WriterLock.holder(path) or "another process"
-            raise SpecdraftError(f"{path.parent}: warehouse is busy ({holder})") from None
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = WriterLock.holder(path) or "another process"
+                if _holder_running(holder) or waited >= COPY_WAIT_S:
+                    self.file.close()
+                    raise SpecdraftError(f"{path.parent}: warehouse is busy ({holder})") from None
+            # the writer named there has ended: its last copy for readers holds the lock until it
+            # is in (snapshot.Copy)
+            time.sleep(COPY_POLL_S)
+            waited += COPY_POLL_S
         self.file.seek(0)
         self.file.truncate()
         self.file.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
@@ -48,6 +59,18 @@ class WriterLock:
             return None
         return None
 
+    def fileno(self) -> int:
+        """The lock's descriptor: a process that inherits it holds the lock too, until it exits."""
+        return self.file.fileno()
+
     def release(self) -> None:
         if not self.file.closed:
             self.file.close()
+
+
+def _holder_running(holder: str) -> bool:
+    """Is the writer named in the lock file ('pid N, since T') still running?"""
+    from specdraft.files import running
+
+    pid = holder.removeprefix("pid ").split(",")[0]
+    return not pid.isdigit() or running(int(pid))

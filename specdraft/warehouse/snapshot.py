@@ -14,10 +14,11 @@ The copy runs beside the build, in a `cp` process, while the next stage writes, 
 DuckDB never writes over the blocks of its last checkpoint until it checkpoints again (a
 transaction's writes go to blocks that checkpoint left free), so between two checkpoints the file
 holds that checkpoint's state, read as such however the rest of the file changes. The writer
-waits for the copy before it checkpoints again or closes, and turns DuckDB's automatic
-checkpoints off (checkpoint_threshold) so that none comes between. Block checksums, checked on
-every read, would catch a copy this reasoning got wrong;
-tests/test_reading_while_building.py checks the reasoning itself on the DuckDB installed.
+waits for the copy before it checkpoints again (or closes with a WAL to checkpoint), and turns
+DuckDB's automatic checkpoints off (checkpoint_threshold) so that none comes between. Block
+checksums, checked on every read, would catch a copy this reasoning got wrong;
+tests/test_reading_while_building.py checks the reasoning itself on the DuckDB installed. The
+run's last copy may outlive its process: see Copy.
 
 The copy is made by another process also because DuckDB's lock is a POSIX record lock, which the
 kernel drops when the process closes any descriptor of the file, as copying it in-process would.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import ClassVar
 
@@ -52,50 +52,37 @@ def is_current(db_path: Path) -> bool:
     return os.stat(db_path).st_mtime_ns < os.stat(snapshot).st_mtime_ns
 
 
+# Copies, then renames over the snapshot; run as `sh -c COPY_SCRIPT sh DB PARTIAL SNAPSHOT`.
+COPY_SCRIPT = 'cp -- "$1" "$2" && mv -f -- "$2" "$3"'
+
+
 class Copy:
-    """The warehouse file being copied to the snapshot: `cp` into a partial file beside it, which
-    a thread renames over the snapshot as soon as cp is done. The writer waits for it before it
-    checkpoints; it may close first when closing writes nothing (no WAL), handing the copy the
-    writer's lock to release when done, so that the copy overlaps what the process does next
-    (results, report) and no other writer starts meanwhile. The thread is not a daemon: the
-    process exits after the copy."""
+    """The warehouse file being copied to the snapshot, by a shell that copies it into a partial
+    file beside it and renames that over the snapshot. The writer waits for it before it
+    checkpoints again. At the end it need not: the shell inherits the writer's lock (the
+    descriptor of its flock), so that after the writer has closed (when closing writes nothing:
+    no WAL) and even exited, no other writer starts until the copy is in. The writer's process so
+    goes on (results, report) or ends while the copy finishes; a writer that then finds the lock
+    held by a process no longer running waits for it (lock.WriterLock)."""
 
-    pending: ClassVar[set[Copy]] = set()  # copies of this process not done yet (Warehouse waits before writing)
+    pending: ClassVar[set[Copy]] = set()  # this process's copies (its next writer waits for them)
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, lock_fd: int) -> None:
         self.snapshot = snapshot_path(db_path.parent)
         self.partial = partial_path(self.snapshot)
-        self._then = []
-        self._lock = threading.Lock()
-        self.process = subprocess.Popen(["cp", str(db_path), str(self.partial)], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            ["sh", "-c", COPY_SCRIPT, "sh", str(db_path), str(self.partial), str(self.snapshot)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            pass_fds=(lock_fd,), start_new_session=True,  # a Ctrl-C of the run does not stop it
+        )
         Copy.pending.add(self)
-        self.thread = threading.Thread(target=self._rename_when_copied, name="snapshot-copy")
-        self.thread.start()
-
-    def _rename_when_copied(self) -> None:
-        _, error = self.process.communicate()
-        if self.process.returncode == 0:
-            os.replace(self.partial, self.snapshot)
-        else:  # readers keep the last whole copy
-            self.partial.unlink(missing_ok=True)
-            log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
-        with self._lock:
-            then, self._then = self._then, None
-        for action in then:
-            action()
-        Copy.pending.discard(self)
-
-    def then(self, action) -> None:
-        """Run `action` when the copy is done (now, if it is)."""
-        with self._lock:
-            if self._then is not None:
-                self._then.append(action)
-                return
-        action()
 
     def wait(self) -> None:
-        self.thread.join()
+        _, error = self.process.communicate()
+        Copy.pending.discard(self)
+        if self.process.returncode != 0:  # readers keep the last whole copy
+            self.partial.unlink(missing_ok=True)
+            log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
 
     @classmethod
     def wait_for_pending(cls) -> None:
