@@ -1,5 +1,6 @@
 """Reading while a run builds (warehouse/snapshot.py): a run held at a failpoint, in its own
-process, while `specdraft sql`, the notebook handle and `lookup` read the warehouse.
+process, while `specdraft sql`, the notebook handle, `lookup`, `report` and `compare` read the
+warehouse.
 
 The run is paused, not timed: it waits at the failpoint until the test releases it, so a reader that
 waited for the writer would never answer (the test would hang until pytest's timeout), and one that
@@ -109,6 +110,11 @@ def test_readers_answer_the_last_committed_state_while_a_run_builds(built):
             assert notebook.sql("select count(*) as n from main.runs")["n"].to_list() == [1]
         lookup = cli("lookup", "--warehouse", built, "--format", "json", "the answer is")
         assert lookup.exit_code == 0 and json.loads(lookup.stdout)
+        run_id = cli("sql", "--warehouse", built, "--format", "csv", "select run_id from main.runs").stdout.split()[1]
+        report = cli("report", "--warehouse", built, "--out", built.parent / "held_report")
+        assert report.exit_code == 0 and (built.parent / "held_report" / "report.html").exists()
+        compare = cli("compare", "--warehouse", built, run_id, run_id)
+        assert compare.exit_code == 0 and run_id in compare.stdout
         run.release()
         # the n-gram tables and candidates are committed, the run not yet recorded; readers see
         # them once their copy is in (it runs beside the build; the run waits here meanwhile)
