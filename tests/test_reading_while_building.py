@@ -74,11 +74,11 @@ class HeldRun:
         self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_for(self, point: str) -> None:
-        deadline = time.monotonic() + PAUSE_WAIT_S
-        while f"failpoint {point} reached" not in (self.log.read_text() if self.log.exists() else ""):
-            assert self.process.poll() is None, self.process.stderr.read()
-            assert time.monotonic() < deadline, f"the run never reached {point}"
-            time.sleep(0.01)
+        def reached() -> str:
+            assert self.process.poll() is None, self.process.stderr.read()  # ended without reaching it
+            return self.log.read_text() if self.log.exists() else ""
+
+        until(reached, lambda log: f"failpoint {point} reached" in log)
 
     def release(self) -> None:
         self.process.stdin.write("go\n")

@@ -283,11 +283,10 @@ class Warehouse:
         pyarrow.default_memory_pool().release_unused()
 
     def close(self) -> None:
-        copy, self._copy = self._copy, None
         if self.con is not None:
-            if copy is not None and (self.root / f"{DB_FILE}.wal").exists():
-                copy.wait()  # closing checkpoints the WAL: not while the copy runs
-                copy = None
+            if (self.root / f"{DB_FILE}.wal").exists():
+                self._wait_for_copy()  # closing checkpoints the WAL: not while a copy runs
+            self._copy = None
             self.con.close()
             self.con = None
         self._release_lock()  # a copy still running holds the lock until it is in
