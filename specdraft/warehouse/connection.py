@@ -147,11 +147,11 @@ class Warehouse:
             return duckdb.connect(str(db_path), read_only=True)
         except duckdb.IOException:
             copy = snapshot.snapshot_path(self.root)
-            if not WriterLock.holder(self.root / LOCK_FILE) or not copy.exists():
+            writer = WriterLock.holder(self.root / LOCK_FILE)
+            if not writer or not copy.exists():
                 raise
         self.snapshot = True
-        log.warning("%s: a run is building (%s); reading the state it last committed", self.root,
-                    WriterLock.holder(self.root / LOCK_FILE))
+        log.warning("%s: a run is building (%s); reading the state it last committed", self.root, writer)
         return duckdb.connect(str(copy), read_only=True)
 
     def _connect_writer(self, db_path: Path) -> duckdb.DuckDBPyConnection:
@@ -284,7 +284,7 @@ class Warehouse:
 
     def close(self) -> None:
         if self.con is not None:
-            if (self.root / f"{DB_FILE}.wal").exists():
+            if snapshot.has_wal(self.root / DB_FILE):
                 self._wait_for_copy()  # closing checkpoints the WAL: not while a copy runs
             self._copy = None
             self.con.close()

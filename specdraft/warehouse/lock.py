@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from specdraft.errors import SpecdraftError
+from specdraft.files import running
 
 LOCK_FILE = ".writer.lock"
 # How long a writer waits for the last snapshot copy of a writer that has ended.
@@ -70,7 +71,5 @@ class WriterLock:
 
 def _holder_running(holder: str) -> bool:
     """Is the writer named in the lock file ('pid N, since T') still running?"""
-    from specdraft.files import running
-
     pid = holder.removeprefix("pid ").split(",")[0]
     return not pid.isdigit() or running(int(pid))

@@ -60,11 +60,12 @@ class WarehouseReader:
     def runs(self):
         """Every recorded run, newest first: its id, dataset, preset and headline figures (the
         config and results JSON are main.runs' `config` and `results`)."""
-        with self._open() as wh:
-            has_runs = wh.has_table("runs", "main")
-        if not has_runs:
-            return self.sql(f"select {', '.join(f'null as {c}' for c in RUN_COLUMNS)} where false")
-        return self.sql(f"select {', '.join(RUN_COLUMNS)} from main.runs order by created_at desc, run_id")
+        with self._open() as wh:  # one connection for the check and the query
+            if not wh.has_table("runs", "main"):
+                query = f"select {', '.join(f'null as {c}' for c in RUN_COLUMNS)} where false"
+            else:
+                query = f"select {', '.join(RUN_COLUMNS)} from main.runs order by created_at desc, run_id"
+            return self._relation(wh, query, None).pl()
 
     def datasets(self):
         """Every dataset in the warehouse (main.datasets): name, traces file, tokenizer, traces."""

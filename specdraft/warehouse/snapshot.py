@@ -47,9 +47,15 @@ def is_current(db_path: Path) -> bool:
     change, so it is newer; a file changed since (a run killed between its commit and its copy, a
     warehouse made before snapshots, `specdraft sql --write`) is as new or newer."""
     snapshot = snapshot_path(db_path.parent)
-    if not snapshot.exists() or Path(f"{db_path}.wal").exists():
+    if not snapshot.exists() or has_wal(db_path):
         return False
     return os.stat(db_path).st_mtime_ns < os.stat(snapshot).st_mtime_ns
+
+
+def has_wal(db_path: Path) -> bool:
+    """Does the file have commits not yet checkpointed into it (DuckDB removes the WAL when it
+    checkpoints, and checkpoints it on close)?"""
+    return Path(f"{db_path}.wal").exists()
 
 
 # Copies, then renames over the snapshot; run as `sh -c COPY_SCRIPT sh DB PARTIAL SNAPSHOT`.
