@@ -45,3 +45,22 @@ def backoff_table(full_train, lengths, max_positions):
                     tables[length][tokens[pos - length : pos]][token] += 1
             added += 1
     return {(length, ctx): counter for length, table in tables.items() for ctx, counter in table.items()}, added
+
+
+def backoff_draft(table, lengths, min_context_len, draft_len, context):
+    """BackoffIndex.predict's walk over backoff_table(): (drafted tokens, context length of each step)."""
+    working, drafted, step_lens = tuple(context), [], []
+    for _ in range(draft_len):
+        for length in sorted(lengths, reverse=True):
+            if length < min_context_len or len(working) < length:
+                continue
+            counter = table.get((length, working[-length:]))
+            if counter:
+                token = counter.most_common(1)[0][0]
+                drafted.append(token)
+                step_lens.append(length)
+                working += (token,)
+                break
+        else:
+            break
+    return drafted, step_lens

@@ -91,6 +91,16 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         raise NotImplementedError
 
+    def vocab_bytes(self) -> list[tuple[int, bytes]]:
+        """(token_id, bytes) of every id in the vocabulary, by id (ids without a token left out)."""
+        pairs = []
+        for token_id in range(self.vocab_size):
+            try:
+                pairs.append((token_id, self.token_bytes(token_id)))
+            except (ValueError, KeyError):
+                continue
+        return pairs
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -162,6 +172,12 @@ class OfflineQwenTokenizer(Tokenizer):
             return self._encoding.decode_single_token_bytes(int(token_id))
         except KeyError:
             raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary") from None
+
+    def vocab_bytes(self) -> list[tuple[int, bytes]]:
+        # straight from the Encoding's tables: asking token_bytes for each id took 0.35 s of ingest
+        ranks = [(token_id, token) for token, token_id in self._encoding._mergeable_ranks.items()]
+        special = [(token_id, token.encode("utf-8")) for token, token_id in self._encoding._special_tokens.items()]
+        return sorted(ranks + special)
 
 
 @cache
@@ -347,15 +363,10 @@ def vocab_table(tokenizer: Tokenizer):
     """token_id, piece (the token decoded alone, U+FFFD for a partial character) and its raw bytes."""
     import pyarrow as pa
 
-    ids, pieces, raw = [], [], []
-    for token_id in range(tokenizer.vocab_size):
-        try:
-            data = tokenizer.token_bytes(token_id)
-        except (ValueError, KeyError):
-            continue
-        ids.append(token_id)
-        raw.append(data)
-        pieces.append(data.decode("utf-8", errors="replace"))
+    pairs = tokenizer.vocab_bytes()
+    ids = [token_id for token_id, _ in pairs]
+    raw = [data for _, data in pairs]
+    pieces = [data.decode("utf-8", errors="replace") for data in raw]
     return pa.table(
         {"token_id": pa.array(ids, pa.int32()), "piece": pa.array(pieces, pa.string()), "bytes": pa.array(raw, pa.binary())}
     )
