@@ -249,3 +249,54 @@ def test_the_last_copy_holds_the_lock_after_its_writer_has_exited(built):
     copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
     assert copy.execute("select n from main.marker").fetchall() == [(7,)]
     copy.close()
+
+
+# A writer that commits, hands out its copy's pid, commits again when told, and exits once that
+# commit's copy is in.
+COMMIT_TWICE = """
+import sys
+from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.snapshot import Copy
+wh = Warehouse(sys.argv[1], memory_limit=None)
+with wh.transaction("first"):
+    wh.run_text("create or replace table main.marker as select 7 as n")
+print(wh._copy.process.pid, flush=True)
+sys.stdin.readline()
+with wh.transaction("second"):
+    wh.run_text("create or replace table main.marker as select 8 as n")
+wh.close()
+Copy.wait_for_pending()
+"""
+
+
+def test_a_newer_commit_stops_the_copy_of_an_older_one(built):
+    """A commit made while the copy of the one before it still runs does not wait for that copy (it
+    would be out of date when done): it is stopped, here while held by SIGSTOP, which a writer that
+    waited for it would wait on until the test's timeout. The newer commit's copy is the snapshot,
+    and no partial file is left."""
+    import signal
+
+    from specdraft.files import partial_path
+    from specdraft.warehouse.snapshot import snapshot_path
+
+    writer = subprocess.Popen([sys.executable, "-c", COMMIT_TWICE, str(built)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    copier = int(writer.stdout.readline())
+    os.kill(copier, signal.SIGSTOP)
+    try:
+        writer.stdin.write("commit\n")
+        writer.stdin.flush()
+        assert writer.wait(timeout=60) == 0
+    finally:
+        try:
+            os.kill(copier, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    with pytest.raises(ProcessLookupError):  # stopped for good, not let go
+        os.kill(copier, 0)
+    assert not partial_path(snapshot_path(built)).exists()
+    import duckdb
+
+    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
+    assert copy.execute("select n from main.marker").fetchall() == [(8,)]
+    copy.close()

@@ -13,8 +13,9 @@ runs, readers open the warehouse file itself.
 The copy runs beside the build, in a `cp` process, while the next stage writes, for this reason:
 DuckDB never writes over the blocks of its last checkpoint until it checkpoints again (a
 transaction's writes go to blocks that checkpoint left free), so between two checkpoints the file
-holds that checkpoint's state, read as such however the rest of the file changes. The writer
-waits for the copy before it checkpoints again (or closes with a WAL to checkpoint), and turns
+holds that checkpoint's state, read as such however the rest of the file changes. A copy still
+running when the writer commits again is stopped (the newer commit's copy replaces it) before the
+writer checkpoints; the writer waits for a copy before it closes with a WAL to checkpoint; and it turns
 DuckDB's automatic checkpoints off (checkpoint_threshold) so that none comes between. Block
 checksums, checked on every read, would catch a copy this reasoning got wrong;
 tests/test_reading_while_building.py checks the reasoning itself on the DuckDB installed. The
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import ClassVar
@@ -89,6 +91,19 @@ class Copy:
         if self.process.returncode != 0:  # readers keep the last whole copy
             self.partial.unlink(missing_ok=True)
             log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
+
+    def stop(self) -> None:
+        """Give up this copy for a newer commit's: end the shell and its cp (a session of their own)
+        and drop the partial file. Readers keep the last whole copy; one stopped after its rename
+        has put in a whole copy all the same."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:  # ended meanwhile
+                pass
+        self.process.communicate()
+        Copy.pending.discard(self)
+        self.partial.unlink(missing_ok=True)
 
     @classmethod
     def wait_for_pending(cls) -> None:
