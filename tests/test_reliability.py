@@ -645,9 +645,8 @@ def test_outside_transaction_reads_committed_tables_and_lets_registered_tables_g
                 assert (grew > 100 * 1024**2) == kept, grew
         finally:
             tracemalloc.stop()
-        with wh.outside_transaction() as reader:
-            with pytest.raises(SpecdraftError, match="uncommitted"):
-                reader.run_text("select * from uncommitted").fetchall()
+        with wh.outside_transaction() as reader, pytest.raises(SpecdraftError, match="uncommitted"):
+            reader.run_text("select * from uncommitted").fetchall()
         wh.run_text("rollback")
 
 
