@@ -56,6 +56,7 @@ def check_exact(wh, traces, cfg):
         got.setdefault((ctx_len, ctx_hash), []).append((rank, continuation, count))
     got = {key: [(c, n) for _, c, n in sorted(v)] for key, v in got.items()}
     assert got == expected_by_key
+    check_first_seen(wh, rows, tokens, cfg.draft_len)
     assert index_counters(wh, cfg)["exact_positions_added"] == added
     if not cfg.keep_counts:
         assert not wh.has_table("exact_continuation_counts")
@@ -66,6 +67,19 @@ def check_exact(wh, traces, cfg):
             "select ctx_len, ctx_hash, count, src_trace_id, src_pos from exact_continuation_counts").fetchall():
         counts.setdefault((ctx_len, ctx_hash), {})[tuple(tokens[src_trace][src_pos: src_pos + cfg.draft_len])] = count
     assert counts == {(length, window_key(ctx)): dict(ranked) for (length, ctx), ranked in every.items()}
+
+
+def check_first_seen(wh, rows, tokens, draft_len):
+    """Each continuation's (src_trace_id, src_pos) is the first train position, in train order
+    (trace after trace, then position), where that context was followed by it."""
+    train = [t for (t,) in wh.run_text("select trace_id from selected_traces where split = 'train' "
+                                      "order by split_row").fetchall()]
+    for ctx_len, _, _, _, src_trace, src_pos in rows:
+        context = tokens[src_trace][src_pos - ctx_len: src_pos]
+        continuation = tokens[src_trace][src_pos: src_pos + draft_len]
+        first = next((t, p) for t in train for p in range(ctx_len, len(tokens[t]) - draft_len)
+                     if tokens[t][p - ctx_len: p] == context and tokens[t][p: p + draft_len] == continuation)
+        assert first == (src_trace, src_pos), (ctx_len, context, continuation)
 
 
 def check_backoff(wh, traces, cfg):
