@@ -21,8 +21,8 @@ from .helpers import write_token_traces
 
 # Few distinct tokens, so that contexts of every length repeat and walks back off and climb again.
 token_lists = st.lists(st.integers(0, 2), max_size=40)
-trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "train", "eval"]), token_lists, token_lists),
-                      min_size=2, max_size=6)
+splits = st.sampled_from(["train", "train", "train", "eval"])
+trace_sets = st.lists(st.tuples(splits, token_lists, token_lists), min_size=2, max_size=6)
 
 
 def walked(tmp_path, traces, cfg):
@@ -57,7 +57,8 @@ def expected(traces, tokens, queries, cfg):
        min_len=st.integers(1, 3))
 def test_walk_drafts_what_the_seed_drafts(tmp_path_factory, traces, draft_len, cap, cut, min_len):
     cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2), backoff_context_lengths=(1, 2, 3, 5, 8),
-                    backoff_min_context_len=min_len, backoff_max_index_positions=cap, max_completion_tokens=cut)
+                    backoff_min_context_len=min_len, backoff_max_index_positions=cap,
+                    max_completion_tokens=cut)
     got, tokens, queries = walked(tmp_path_factory.mktemp("walk"), traces, cfg)
     assert got == expected(traces, tokens, queries, cfg)
 
@@ -67,7 +68,8 @@ def test_walk_climbs_back_to_long_contexts(tmp_path):
     finds longer ones again step by step (1 -> 2 -> 3 -> 5), as the seed's walk does."""
     train = [0, 1, 2, 0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0, 2]
     traces = [("train", [], train), ("train", [], train[::-1]), ("eval", [2, 2], [1, 0, 2, 2, 1, 0, 0, 1])]
-    cfg = RunConfig(draft_len=6, context_lengths=(1,), backoff_context_lengths=(1, 2, 3, 5), backoff_min_context_len=1)
+    cfg = RunConfig(draft_len=6, context_lengths=(1,), backoff_context_lengths=(1, 2, 3, 5),
+                    backoff_min_context_len=1)
     got, tokens, queries = walked(tmp_path, traces, cfg)
     want = expected(traces, tokens, queries, cfg)
     assert got == want

@@ -8,8 +8,10 @@ answers shows the state as of the pause exactly."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -251,47 +253,41 @@ def test_the_last_copy_holds_the_lock_after_its_writer_has_exited(built):
     copy.close()
 
 
-# A writer that commits, hands out its copy's pid, commits again when told, and exits once that
-# commit's copy is in.
+# A writer whose first copy stops itself before it copies anything (as a slow copy would still
+# be running), then commits again and exits once that commit's copy is in.
 COMMIT_TWICE = """
 import sys
+from specdraft.warehouse import snapshot
 from specdraft.warehouse.connection import Warehouse
-from specdraft.warehouse.snapshot import Copy
+copy_script = snapshot.COPY_SCRIPT
+snapshot.COPY_SCRIPT = "kill -STOP $$; " + copy_script
 wh = Warehouse(sys.argv[1], memory_limit=None)
 with wh.transaction("first"):
     wh.run_text("create or replace table main.marker as select 7 as n")
 print(wh._copy.process.pid, flush=True)
-sys.stdin.readline()
+snapshot.COPY_SCRIPT = copy_script
 with wh.transaction("second"):
     wh.run_text("create or replace table main.marker as select 8 as n")
 wh.close()
-Copy.wait_for_pending()
+snapshot.Copy.wait_for_pending()
 """
 
 
 def test_a_newer_commit_stops_the_copy_of_an_older_one(built):
     """A commit made while the copy of the one before it still runs does not wait for that copy (it
-    would be out of date when done): it is stopped, here while held by SIGSTOP, which a writer that
-    waited for it would wait on until the test's timeout. The newer commit's copy is the snapshot,
-    and no partial file is left."""
-    import signal
-
+    would be out of date when done): it is stopped. Here the first copy stops itself (SIGSTOP)
+    before copying, so a writer that waited for it would wait until the test's timeout. The newer
+    commit's copy is the snapshot, and no partial file is left."""
     from specdraft.files import partial_path
     from specdraft.warehouse.snapshot import snapshot_path
 
-    writer = subprocess.Popen([sys.executable, "-c", COMMIT_TWICE, str(built)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, "-c", COMMIT_TWICE, str(built)], stdout=subprocess.PIPE, text=True)
     copier = int(writer.stdout.readline())
-    os.kill(copier, signal.SIGSTOP)
     try:
-        writer.stdin.write("commit\n")
-        writer.stdin.flush()
         assert writer.wait(timeout=60) == 0
     finally:
-        try:
-            os.kill(copier, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(copier, signal.SIGKILL)  # a writer that waited: let the test end
     with pytest.raises(ProcessLookupError):  # stopped for good, not let go
         os.kill(copier, 0)
     assert not partial_path(snapshot_path(built)).exists()

@@ -277,3 +277,41 @@ def test_qwen35_names_load_their_own_vocabulary_offline(workers, monkeypatch):
     assert sum(map(len, distinct)) > 2_000_000 and sum("<" not in text for text in distinct) > 100
     assert tok.encode_to_arrow(texts).to_pylist() == [reference.encode(text) for text in texts]
     assert tok.encode_batch(texts[:50]) == [reference.encode(text) for text in texts[:50]]
+
+
+# Golden fingerprints, computed by the Python record join this module used before records were built
+# in Arrow and numpy (specdraft 7b023d6: sorted pairs, each `len(4 LE) + bytes + id(8 LE)`,
+# b"".join): the fingerprints stored in every warehouse made since, which must not move.
+GOLDEN_FINGERPRINTS = {"qwen2.5-72b-instruct": "a3378cbf827853cf", "qwen3.6": "5a393c5ba856fe12"}
+
+
+@pytest.mark.parametrize("model", sorted(GOLDEN_FINGERPRINTS))
+def test_offline_vocabulary_fingerprints_do_not_move(model):
+    from specdraft.sources import tokenizer as module
+
+    module._qwen_fingerprint.cache_clear()
+    assert module._qwen_fingerprint(model) == GOLDEN_FINGERPRINTS[model]
+
+
+def python_records(pairs):
+    """The records as the Python join wrote them (the reference for _sorted_records)."""
+    ordered = sorted((token.encode() if isinstance(token, str) else bytes(token), int(i)) for token, i in pairs)
+    return b"".join(len(t).to_bytes(4, "little") + t + i.to_bytes(8, "little") for t, i in ordered)
+
+
+def test_sorted_records_equal_the_python_join():
+    """Random vocabularies: empty tokens, one token under two ids, bytes above 0x7f, str tokens and
+    ids up to 2^64 - 1."""
+    import random
+
+    from specdraft.sources.tokenizer import _sorted_records
+
+    rng = random.Random(0)
+    for _ in range(300):
+        pairs = []
+        for _ in range(rng.randrange(0, 40)):
+            token = bytes(rng.choice([0, 1, 97, 98, 127, 128, 255]) for _ in range(rng.randrange(0, 4)))
+            if rng.random() < 0.2:
+                token = token.decode("latin-1")
+            pairs.append((token, rng.choice([0, 1, 2, rng.randrange(2**64)])))
+        assert _sorted_records(pairs) == python_records(pairs), pairs

@@ -58,11 +58,13 @@ def vocab_fingerprint(
 
 def _sorted_records(pairs: Iterable[tuple[bytes | str, int]]) -> bytes:
     """The (token, id) pairs sorted (by token bytes, then id), each as its length (4 bytes, little
-    endian), its bytes and its id (8 bytes, little endian), joined: built in Arrow and numpy, 0.7 s
+    endian), its bytes and its id (8 bytes, little endian), joined: built in Arrow and numpy, 0.2-0.3 s
     faster than in Python for a 150k-token vocabulary, which every run's ingest fingerprints.
 
-    >>> record = lambda token, token_id: len(token).to_bytes(4, "little") + token + token_id.to_bytes(8, "little")
-    >>> _sorted_records([("b", 2), (b"ab", 3), (b"a", 1)]) == record(b"a", 1) + record(b"ab", 3) + record(b"b", 2)
+    >>> def record(token, token_id):
+    ...     return len(token).to_bytes(4, "little") + token + token_id.to_bytes(8, "little")
+    >>> got = _sorted_records([("b", 2), (b"ab", 3), (b"a", 1)])
+    >>> got == record(b"a", 1) + record(b"ab", 3) + record(b"b", 2)
     True
     """
     import pyarrow as pa
@@ -78,9 +80,9 @@ def _sorted_records(pairs: Iterable[tuple[bytes | str, int]]) -> bytes:
     table = table.take(pc.sort_indices(table, sort_keys=[("token", "ascending"), ("id", "ascending")]))
     column = table.column("token").combine_chunks()
     _, offset_buffer, data_buffer = column.buffers()
-    offsets = np.frombuffer(offset_buffer, dtype=np.int64)[column.offset: column.offset + len(column) + 1]
+    offsets = np.frombuffer(offset_buffer, dtype=np.int64)[column.offset : column.offset + len(column) + 1]
     lengths = np.diff(offsets)
-    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0]: offsets[-1]]
+    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
     n = len(lengths)
     starts = offsets[:-1] - offsets[0] + 12 * np.arange(n)  # where each record begins
     out = np.empty(int(offsets[-1] - offsets[0]) + 12 * n, dtype=np.uint8)
@@ -208,7 +210,8 @@ class OfflineQwenTokenizer(Tokenizer):
     def vocab_bytes(self) -> list[tuple[int, bytes]]:
         # straight from the Encoding's tables: asking token_bytes for each id took 0.35 s of ingest
         ranks = [(token_id, token) for token, token_id in self._encoding._mergeable_ranks.items()]
-        special = [(token_id, token.encode("utf-8")) for token, token_id in self._encoding._special_tokens.items()]
+        special = [(token_id, token.encode("utf-8"))
+                   for token, token_id in self._encoding._special_tokens.items()]
         return sorted(ranks + special)
 
 

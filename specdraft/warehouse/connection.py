@@ -190,8 +190,8 @@ class Warehouse:
             self._copy = None
 
     def _wait_for_copy(self) -> None:
-        """The snapshot's copy, if one runs, finished: before DuckDB checkpoints (which may write
-        over the blocks being copied) or closes."""
+        """The snapshot's copy, if one runs, finished: before DuckDB closes with a WAL, which it
+        checkpoints (writing over the blocks being copied)."""
         if self._copy is not None:
             started = time.perf_counter()
             self._copy.wait()

@@ -66,8 +66,9 @@ COPY_SCRIPT = 'cp -- "$1" "$2" && mv -f -- "$2" "$3"'
 
 class Copy:
     """The warehouse file being copied to the snapshot, by a shell that copies it into a partial
-    file beside it and renames that over the snapshot. The writer waits for it before it
-    checkpoints again. At the end it need not: the shell inherits the writer's lock (the
+    file beside it and renames that over the snapshot. The writer stops it (stop) if it still runs
+    when the writer checkpoints again, and waits for it before closing with a WAL to checkpoint.
+    At the end it need not wait: the shell inherits the writer's lock (the
     descriptor of its flock), so that after the writer has closed (when closing writes nothing:
     no WAL) and even exited, no other writer starts until the copy is in. The writer's process so
     goes on (results, report) or ends while the copy finishes; a writer that then finds the lock
@@ -86,24 +87,32 @@ class Copy:
         Copy.pending.add(self)
 
     def wait(self) -> None:
+        self._ended(stopped=False)
+
+    def stop(self) -> None:
+        """Give up this copy for a newer commit's: end the shell and its cp (a session of their own)
+        and drop the partial file. Readers keep the last whole copy (one stopped after its rename
+        has put in a whole copy all the same). While commits come faster than copies, readers so
+        see an older commit than the writer's last until a copy is let finish: the writer does not
+        wait for readers' copies."""
+        stopped = False
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                stopped = True
+            except ProcessLookupError:  # ended meanwhile
+                pass
+        self._ended(stopped)
+
+    def _ended(self, stopped: bool) -> None:
+        # communicate() returns at the end of stderr, which cp holds too (inherited): so cp has
+        # ended, and cannot write the partial file after it is removed here
         _, error = self.process.communicate()
         Copy.pending.discard(self)
         if self.process.returncode != 0:  # readers keep the last whole copy
             self.partial.unlink(missing_ok=True)
-            log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
-
-    def stop(self) -> None:
-        """Give up this copy for a newer commit's: end the shell and its cp (a session of their own)
-        and drop the partial file. Readers keep the last whole copy; one stopped after its rename
-        has put in a whole copy all the same."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:  # ended meanwhile
-                pass
-        self.process.communicate()
-        Copy.pending.discard(self)
-        self.partial.unlink(missing_ok=True)
+            if not stopped:
+                log.warning("%s: could not copy the warehouse for readers (%s)", self.snapshot, error.strip())
 
     @classmethod
     def wait_for_pending(cls) -> None:
