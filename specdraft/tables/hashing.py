@@ -55,12 +55,17 @@ class RowPrefixHashes:
 
     Column c of `h1`/`h2` holds the hash of row[:c]; the key of row[a:b] is then
     h[b] - h[a] * B^(b-a). Columns can be appended one token at a time.
+
+    Every step reads and writes whole columns, so the matrices are column-major (order="F"): with
+    rows of 65-81 int64s, a row-major column is one cache line per row, and building the 110,000
+    query windows of the development set took twice as long (0.63 s against 0.36 s).
     """
 
     def __init__(self, tokens: np.ndarray, capacity: int) -> None:
         n_rows, n_cols = tokens.shape
-        self.h1 = np.zeros((n_rows, capacity + 1), dtype=np.int64)
-        self.h2 = np.zeros((n_rows, capacity + 1), dtype=np.int64)
+        tokens = np.asfortranarray(tokens)
+        self.h1 = np.zeros((n_rows, capacity + 1), dtype=np.int64, order="F")
+        self.h2 = np.zeros((n_rows, capacity + 1), dtype=np.int64, order="F")
         self.width = 0
         for col in range(n_cols):
             self.append(tokens[:, col])
