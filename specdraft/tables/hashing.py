@@ -57,8 +57,9 @@ class RowPrefixHashes:
     h[b] - h[a] * B^(b-a). Columns can be appended one token at a time.
 
     Every step reads and writes whole columns, so the matrices are column-major (order="F"): with
-    rows of 65-81 int64s, a row-major column is one cache line per row, and building the 110,000
-    query windows of the development set took twice as long (0.63 s against 0.36 s).
+    rows of 65 int64s (the seed's flags), a row-major column is one cache line per row: for 110,000
+    synthetic 48-token windows, building took 0.63 s against 0.36 s, and 16 steps of keys at
+    8 lengths 0.60 s against 0.30 s.
     """
 
     def __init__(self, tokens: np.ndarray, capacity: int) -> None:

@@ -402,10 +402,6 @@ class Warehouse:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""
         self.con.register(quote_identifier(name).strip('"'), data)
 
-    def unregister(self, name: str) -> None:
-        """Forget an Arrow table registered under `name` (its memory goes with the last reference)."""
-        self.con.unregister(quote_identifier(name).strip('"'))
-
     def store(self, table: str, data: Any, append: bool = False) -> None:
         """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
         as a table, or append its rows."""
