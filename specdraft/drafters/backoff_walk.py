@@ -26,7 +26,8 @@ PAD = -1
 
 def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The query positions (trace ids, positions, in trace and position order) and the `width`
-    tokens before each as a (rows, width) matrix, right-aligned, PAD on the left near a trace's start."""
+    tokens before each as a (rows, width) matrix (column-major), right-aligned, PAD on the left near
+    a trace's start."""
     tokens = traces.column("tokens").combine_chunks()
     flat = tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     starts = tokens.offsets.to_numpy()[:-1].astype(np.int64)
@@ -35,10 +36,12 @@ def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray,
     pos = positions.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     trace_row = np.repeat(np.arange(len(per_trace)), per_trace)
     trace_ids = traces.column("trace_id").to_numpy().astype(np.int64)[trace_row]
-    offsets = pos[:, None] - width + np.arange(width)[None, :]  # where each window's tokens sit
-    matrix = flat[np.maximum(offsets, 0) + starts[trace_row, None]]
+    # where each window's tokens sit, built (width, rows) and returned transposed: column-major,
+    # the layout RowPrefixHashes reads, with no copy
+    offsets = pos[None, :] - width + np.arange(width)[:, None]
+    matrix = flat[np.maximum(offsets, 0) + starts[trace_row][None, :]]
     matrix[offsets < 0] = PAD
-    return trace_ids, pos, matrix
+    return trace_ids, pos, matrix.T
 
 
 def backoff_score(ctx_lens: list[int], counts: list[int], totals: list[int]) -> float:
