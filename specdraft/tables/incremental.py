@@ -2,7 +2,7 @@
 the appended traces alone instead of rebuilding them.
 
     selected_traces           += the appended traces within the limits
-    position_keys              = their train positions only, in train order after every earlier trace
+    train keys (train_keys.py)  = their train positions only, in train order after every earlier trace
     query_position_keys        = their calibration and eval positions
     query_context_keys        += their calibration and eval keys
     exact_continuation_counts <- merged with the appended traces' counts (the delta)
@@ -88,14 +88,16 @@ def update_start(wh: Warehouse, built: str | None, key: str, meta: dict) -> int 
 def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_trace_id: int) -> None:
     """Add the traces from `from_trace_id` on (appended since the tables were built with the same
     settings) to every stage-4 table, hashing only their positions. DuckDB only."""
+    keys = {}  # the appended train positions (train_keys.TrainKeys)
     steps = [
         lambda: build_selected_traces(wh, cfg, traces_path, from_trace_id),
         lambda: build_hash_powers(wh),
-        lambda: build_position_keys(wh, cfg, from_trace_id),
+        lambda: keys.setdefault("train", build_position_keys(wh, cfg, from_trace_id)),
         lambda: wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)}, append=True),
         lambda: wh.drop("query_position_keys"),
         # sql/tables/<count table>.sql over the appended positions, into temp <count table>_delta
-        lambda: build_per_length(wh, count_tables(cfg), into=lambda name: f"{name.rsplit('/', 1)[-1]}_delta"),
+        lambda: build_per_length(wh, count_tables(cfg), into=lambda name: f"{name.rsplit('/', 1)[-1]}_delta",
+                                 keys=keys["train"]),
         lambda: wh.apply("tables/incremental/exact_continuation_counts"),
         lambda: wh.apply("tables/incremental/exact_continuations", {"top_k": cfg.max_continuations_per_context}),
         lambda: wh.apply("tables/incremental/backoff_next_tokens"),
@@ -103,4 +105,4 @@ def update_ngram_tables(wh: Warehouse, cfg: RunConfig, traces_path: Path, from_t
     ]
     for step in progress(steps, desc="n-gram update", unit="step"):
         step()
-    wh.drop("position_keys", "exact_continuation_counts_delta", "backoff_next_tokens_delta")
+    wh.drop("exact_continuation_counts_delta", "backoff_next_tokens_delta")

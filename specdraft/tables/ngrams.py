@@ -2,24 +2,31 @@
 
     selected_traces (+ hash_powers) -> query_position_keys (calibration and eval keys)
                                          -> query_context_keys
-                                    -> position_keys (train positions' keys at every table length)
-        -> per context length: length_keys -> length_continuations, length_next_tokens (views)
+                                    -> train_traces -> TrainKeys (train_keys.py, DuckDB: numpy)
+                                       or position_keys (Spark: the train keys at every length)
+        -> per context length: position_keys at that length (DuckDB: TrainKeys.at, scanned)
+           -> length_keys -> length_continuations, length_next_tokens (views)
             -> exact_continuations, backoff_top_tokens
                (+ exact_continuation_counts, backoff_next_tokens with --keep-counts)
 
 Every table comes from one file in sql/; Python only loops over the doubling steps of the
-hash powers (log2 of the longest trace), never over positions. An incremental update after
+hash powers (log2 of the longest trace) and the context lengths, never over positions. On DuckDB
+the train positions' keys are numpy arrays (train_keys.py: position_keys.sql's arithmetic without
+its window sorts, one length's key at a time); on Spark they are position_keys.sql's table. An incremental update after
 `specdraft ingest --append` (incremental.py) runs the same files over the appended traces alone.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
+from specdraft.tables.train_keys import TrainKeys
 from specdraft.warehouse.connection import Warehouse
 
 
@@ -82,11 +89,11 @@ def query_lengths(cfg: RunConfig) -> list[int]:
     return sorted({*cfg.context_lengths, *cfg.copy_context_lengths})
 
 
-def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> None:
-    """The positions and context keys of the selected traces from from_trace_id on: train's at
-    the table lengths (position_keys), calibration's and eval's at the query lengths
-    (query_position_keys); the hash powers they were made with are dropped. Two tables, so that
-    neither holds keys it is not read at."""
+def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> TrainKeys | None:
+    """The positions and context keys of the selected traces from from_trace_id on: calibration's
+    and eval's at the query lengths (query_position_keys), train's at the table lengths; the hash
+    powers they were made with are dropped. On DuckDB the train keys are returned (TrainKeys, for
+    build_per_length); on Spark they are the position_keys table, and None is returned."""
     tail = power_params(cfg.draft_len - 1)
     params = {
         "draft_len": cfg.draft_len,
@@ -100,8 +107,14 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
     }
     wh.materialize("tables/position_keys", {**params, "train": False, "ctx_len": query_lengths(cfg)},
                    into="query_position_keys", temp=True)
-    wh.materialize("tables/position_keys", {**params, "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
+    keys = None
+    if isinstance(wh, Warehouse):
+        keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
+                               from_trace_id)
+    else:
+        wh.materialize("tables/position_keys", {**params, "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
     wh.drop("hash_powers")
+    return keys
 
 
 COUNT_TABLES = ("exact_continuation_counts", "backoff_next_tokens")  # kept with --keep-counts only
@@ -123,22 +136,33 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
     return tables + count_tables(cfg) if cfg.keep_counts else tables
 
 
-def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None) -> None:
+def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None,
+                     keys: TrainKeys | None = None) -> None:
     """For each context length, every table of that length from the train positions' keys at it
-    (position_keys through the length_keys view and the counts over it), appended. Each grouping is one length's share
-    of the whole, so large builds stay within the memory limit. into(name) names the table a file
-    writes to instead of its own (an update's delta tables)."""
+    (position_keys through the length_keys view and the counts over it), appended. Each grouping
+    is one length's share of the whole, so large builds stay within the memory limit. into(name)
+    names the table a file writes to instead of its own (an update's delta tables). keys (DuckDB):
+    the train positions, scanned as position_keys at each length in turn (Warehouse.scanning: each
+    length's keys go when its tables are written); without them, the position_keys table."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
     started: set[str] = set()
-    for ctx_len in progress(lengths, desc="n-gram tables", unit="length"):
-        # views, made again for each length (a Spark view holds the plan it was made from)
-        for view in ("tables/length_keys", "tables/length_continuations", "tables/length_next_tokens"):
-            wh.materialize(view, {"ctx_len": ctx_len}, view=True)
-        for name, table_lengths, params in tables:
-            if ctx_len in table_lengths:
-                target = {"into": into(name), "temp": True} if into else {}
-                wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
-                started.add(name)
+    # the next length's keys are hashed (numpy, which lets go of the GIL) while DuckDB builds this one's
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        upcoming = ahead.submit(keys.at, lengths[0]) if keys is not None and lengths else None
+        for i, ctx_len in enumerate(progress(lengths, desc="n-gram tables", unit="length")):
+            scans = nullcontext()
+            if upcoming is not None:
+                scans = wh.scanning(position_keys=upcoming.result())
+                upcoming = ahead.submit(keys.at, lengths[i + 1]) if i + 1 < len(lengths) else None
+            with scans:
+                # views, made again for each length (a Spark view holds the plan it was made from)
+                for view in ("tables/length_keys", "tables/length_continuations", "tables/length_next_tokens"):
+                    wh.materialize(view, {"ctx_len": ctx_len}, view=True)
+                for name, table_lengths, params in tables:
+                    if ctx_len in table_lengths:
+                        target = {"into": into(name), "temp": True} if into else {}
+                        wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
+                        started.add(name)
     for view in ("length_next_tokens", "length_continuations", "length_keys"):
         wh.drop_view(view)
 
@@ -149,11 +173,12 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
     --keep-counts exact_continuation_counts and backoff_next_tokens) is kept."""
     build_selected_traces(wh, cfg, traces_path)
     build_hash_powers(wh)
-    build_position_keys(wh, cfg)
+    keys = build_position_keys(wh, cfg)
     wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)})
     wh.drop("query_position_keys")
-    build_per_length(wh, length_tables(cfg))
-    wh.drop("position_keys")
+    build_per_length(wh, length_tables(cfg), keys=keys)
+    if keys is None:
+        wh.drop("position_keys")
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

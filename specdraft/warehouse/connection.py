@@ -10,6 +10,7 @@ the connection (tests/test_layout.py checks).
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
 import os
 import re
@@ -82,6 +83,26 @@ DEFAULT_MEMORY_LIMIT = default_memory_limit()
 CACHE_ALLOWANCE = 48 * 1024**2
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 log = logging.getLogger("specdraft.sql")
+# What _execute_scanning evaluates in a frame whose locals are the tables to scan.
+_EXECUTE = compile("_con.execute(_statement, _bound).fetchall()", "<specdraft scan>", "eval")
+
+
+def trim_malloc_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
+    numpy's arrays of a few MB come from that heap once glibc has raised its mmap threshold, and
+    their pages stay with the process when freed: building the development set's train keys
+    (train_keys.py) left 226 MB there, which DuckDB, allocating apart, cannot reuse."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
 
 
 def quote_identifier(name: str) -> str:
@@ -109,6 +130,7 @@ class Warehouse:
     snapshot: bool = field(default=False, init=False)  # a reader answering from the snapshot
     _copy: snapshot.Copy | None = field(default=None, init=False, repr=False)  # the writer's copy for readers
     _uncached: bool = field(default=False, init=False, repr=False)  # see uncached()
+    _scans: dict[str, Any] = field(default_factory=dict, init=False, repr=False)  # see scanning()
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -243,6 +265,7 @@ class Warehouse:
         other.read_only = True  # nothing is written there
         other._uncached = False
         other._copy = None  # the writer's
+        other._scans = {}
         try:
             if self.dataset:
                 other.use_dataset(self.dataset)
@@ -290,6 +313,7 @@ class Warehouse:
             finally:
                 self.con.execute("set memory_limit = ?", [limit])
         pyarrow.default_memory_pool().release_unused()
+        trim_malloc_heap()
 
     def close(self) -> None:
         if self.con is not None:
@@ -327,7 +351,7 @@ class Warehouse:
             if lazy:
                 result = self.con.sql(statement, params=bound or None)
             else:
-                result = self.con.execute(statement, bound).fetchall()
+                result = self._execute_scanning(statement, bound, self._scans)
         except duckdb.Error as exc:
             raise self._sql_error(sql_file, statement, exc) from exc
         log.debug("%s took %.2fs", sql_file.path.name, time.perf_counter() - started)
@@ -398,6 +422,27 @@ class Warehouse:
         sql_file = load_sql(name).expanded(params or {})
         return self._execute(sql_file, sql_file.text, params or {}, lazy=True)
 
+    @contextmanager
+    def scanning(self, **tables: Any):
+        """Inside the block, the statements of sql/ files (materialize, apply) read these Arrow
+        tables under their names, as DuckDB's replacement scans do a Python variable's: for data
+        that must go when its last statement is done. A registered table (register) is a catalog
+        entry, which DuckDB keeps, with the data, until the transaction ends: twelve lengths' train
+        keys registered in turn held 650 MB at once on all 25,676 train rows."""
+        self._scans = tables
+        try:
+            yield
+        finally:
+            self._scans = {}
+
+    def _execute_scanning(self, statement: str, bound: dict | list | None, tables: dict[str, Any]) -> list:
+        """con.execute(statement) with `tables` as the local variables of the Python frame that
+        calls it, where DuckDB's replacement scan looks names up (the frame's locals, then its
+        globals: python_scan_all_frames is off)."""
+        if not tables:
+            return self.con.execute(statement, bound).fetchall()
+        return eval(_EXECUTE, {}, {**tables, "_con": self.con, "_statement": statement, "_bound": bound})
+
     def register(self, name: str, data: Any) -> None:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""
         self.con.register(quote_identifier(name).strip('"'), data)
@@ -405,15 +450,13 @@ class Warehouse:
     def store(self, table: str, data: Any, append: bool = False) -> None:
         """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
         as a table, or append its rows."""
-        self.con.register("_specdraft_arrow", data)
         target = quote_identifier(table)
-        try:
-            if append and self.has_table(table):
-                self.con.execute(f"insert into {target} by name select * from _specdraft_arrow")
-            else:
-                self.con.execute(f"create or replace table {target} as select * from _specdraft_arrow")
-        finally:
-            self.con.unregister("_specdraft_arrow")
+        # scanned, not registered: a registered table stays in memory until the transaction ends
+        if append and self.has_table(table):
+            statement = f"insert into {target} by name select * from _specdraft_arrow"
+        else:
+            statement = f"create or replace table {target} as select * from _specdraft_arrow"
+        self._execute_scanning(statement, None, {"_specdraft_arrow": data})
         self._statement_done()
 
     def load_parquet(self, table: str, files: str) -> None:

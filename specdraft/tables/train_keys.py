@@ -1,0 +1,145 @@
+"""The train positions' context keys, one context length at a time, in numpy (DuckDB builds).
+
+sql/tables/position_keys.sql makes every train position's key at every table length in one
+table: two window passes over all positions (running sums, then a lag per length), 17 columns
+wide. Here the same keys come from the same prefix sums, but a lag is a shift of a flat array
+(the positions are laid out trace by trace, in position order), so no window sorts anything, and
+only one length's key column exists at a time: the n-gram and backoff tables of a length read
+`position_keys` as an Arrow table registered for that length (TrainKeys.at), with the columns of
+the SQL table that length_keys.sql reads. On the development set (2.33M train positions) the SQL
+table took 1.8-2.1 s and about 300 MB; on all 25,676 train rows (8.5M positions) 8.1 s and 1.1 GB.
+
+The arithmetic is position_keys.sql's (see it and hashing.py): with term = (token_id + 1) * B^-pos
+mod p and c(pos) the sum of the terms before pos,
+
+    key_L(pos)            = (c(pos) - c(pos - L)) mod p * B^(pos - 1) mod p     (pos >= L)
+    continuation_hash(pos) = (c(pos + draft_len) - c(pos)) mod p * B^(pos + draft_len - 1) mod p
+
+with the trace's whole sum for c past its end, packed as h1 * 2^31 + h2; the powers are read from
+the hash_powers table the SQL uses. Every product stays below 2^62 in int64. The Spark engine
+keeps the SQL table (tests/test_train_keys.py checks the two equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from specdraft.errors import SpecdraftError
+from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, power_params
+from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
+
+BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
+_PRIMES = (P1, P2)
+
+
+
+@dataclass
+class TrainKeys:
+    """Every selected train position from trace `from_trace_id` on (all of them in a full build),
+    with what each length's key is made of."""
+
+    base: dict[str, np.ndarray]  # trace_id, pos, token_id, continuation_hash, exact_order, backoff_order
+    has_exact: np.ndarray  # exact_order is not null
+    has_backoff: np.ndarray
+    prefix: tuple[np.ndarray, np.ndarray]  # c(pos) mod p, per prime
+    end_pow: tuple[np.ndarray, np.ndarray]  # B^(pos - 1) mod p, per prime
+    _columns: dict[str, pa.Array] | None = field(default=None, init=False, repr=False)  # at()'s, but the key
+
+    @classmethod
+    def build(cls, wh: Warehouse, draft_len: int, max_index_positions: int, backoff_max_index_positions: int,
+              from_trace_id: int = 0) -> TrainKeys:
+        """From selected_traces and hash_powers (build_hash_powers). The index orders count every
+        selected train trace before a trace, as position_keys.sql's do."""
+        traces = wh.query("tables/train_traces", {"draft_len": draft_len, "from_trace_id": from_trace_id}).to_arrow_table()
+        n_tokens = traces.column("n_tokens").to_numpy().astype(np.int64)
+        tokens = traces.column("tokens").combine_chunks()
+        token_id = tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int32)
+        n = len(token_id)
+        starts = np.cumsum(n_tokens) - n_tokens
+        row_trace = np.repeat(np.arange(len(n_tokens)), n_tokens)
+        pos = np.arange(n, dtype=np.int64) - starts[row_trace]
+        trace_len = n_tokens[row_trace]
+
+        powers = wh.query("tables/hash_power_rows").fetchnumpy()
+        if n and len(powers["pos"]) < int(n_tokens.max()):
+            raise SpecdraftError("hash_powers is shorter than the longest train trace (build_hash_powers first)")
+        tail = power_params(draft_len - 1)
+        inverse = inverse_params(1)
+        prefix, end_pow, continuation = [], [], np.zeros(n, dtype=np.int64)
+        for i, p in enumerate(_PRIMES):
+            b = powers[f"b{i + 1}"].astype(np.int64)
+            b_pos = b[pos]
+            term = (token_id.astype(np.int64) + 1) * powers[f"binv{i + 1}"].astype(np.int64)[pos] % p
+            running = np.cumsum(term)  # exact: below 2^62 for traces under 2^31 tokens
+            before = running - term
+            c = before - before[starts][row_trace]  # the sum of the terms before pos, in its trace
+            total = (running[starts + n_tokens - 1] - before[starts])[row_trace]
+            ahead = np.arange(n, dtype=np.int64) + draft_len
+            inside = pos + draft_len < trace_len
+            c_ahead = np.where(inside, c[np.minimum(ahead, n - 1)] if n else c, total)
+            tail_pow = b_pos * tail[f"pow{i + 1}"] % p
+            continuation = continuation * SHIFT + (c_ahead - c) % p * tail_pow % p
+            prefix.append(c % p)
+            end_pow.append(b_pos * inverse[f"inv{i + 1}"] % p)
+
+        exact_before = traces.column("exact_before").to_numpy().astype(np.int64)[row_trace]
+        backoff_before = traces.column("backoff_before").to_numpy().astype(np.int64)[row_trace]
+        exact_order = exact_before + pos
+        has_exact = pos < trace_len - draft_len
+        if max_index_positions:
+            has_exact &= exact_order < max_index_positions
+        backoff_order = backoff_before + pos
+        has_backoff = np.ones(n, dtype=bool)
+        if backoff_max_index_positions:
+            has_backoff &= backoff_order < backoff_max_index_positions
+        base = {
+            "trace_id": traces.column("trace_id").to_numpy().astype(np.int32)[row_trace],
+            "pos": pos.astype(np.int32),
+            "token_id": token_id,
+            "continuation_hash": continuation,
+            "exact_order": exact_order,
+            "backoff_order": backoff_order,
+        }
+        keys = cls(base, has_exact, has_backoff, tuple(prefix), tuple(end_pow))
+        del traces, tokens, powers, running, before, c, total, c_ahead
+        trim_malloc_heap()  # the temporaries' pages: 226 MB on the development set
+        return keys
+
+    def __len__(self) -> int:
+        return len(self.base["pos"])
+
+    def key(self, ctx_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """key_<ctx_len> of every position, and where it is defined (pos >= ctx_len)."""
+        key = np.zeros(len(self), dtype=np.int64)
+        if ctx_len < len(self):
+            for c, end, p in zip(self.prefix, self.end_pow, _PRIMES, strict=True):
+                # c(pos) - c(pos - L) mod p, as c(pos) + (p - c(pos - L)) in [1, 2p): times B^(pos - 1)
+                # (below p) it stays under 2p^2 < 2^63, so one division (the slow part) is left
+                h = c[ctx_len:] + p
+                h -= c[:-ctx_len]
+                h *= end[ctx_len:]
+                h %= p
+                key[ctx_len:] *= SHIFT
+                key[ctx_len:] += h
+        return key, self.base["pos"] >= ctx_len
+
+    def at(self, ctx_len: int) -> pa.Table:
+        """position_keys as length_keys.sql reads it at ctx_len: the columns of
+        position_keys.sql's table, with key_<ctx_len> its only key."""
+        if self._columns is None:  # the same at every length
+            self._columns = {
+                "trace_id": pa.array(self.base["trace_id"]),
+                "pos": pa.array(self.base["pos"]),
+                "token_id": pa.array(self.base["token_id"]),
+                "continuation_hash": pa.array(self.base["continuation_hash"]),
+                "exact_order": pa.array(self.base["exact_order"], mask=~self.has_exact),
+                "backoff_order": pa.array(self.base["backoff_order"], mask=~self.has_backoff),
+            }
+        key, defined = self.key(ctx_len)
+        columns = dict(self._columns)
+        columns[f"key_{ctx_len}"] = pa.array(key, mask=~defined)
+        table = pa.table(columns)
+        return pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=table.schema)

@@ -1,0 +1,57 @@
+"""The train keys DuckDB builds in numpy (tables/train_keys.py) are the rows of
+sql/tables/position_keys.sql (what the Spark engine builds), at every length, on random traces:
+index caps that cut mid-trace, traces shorter than the draft, and an update's from_trace_id."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft.config import RunConfig
+from specdraft.tables import ngrams
+from specdraft.tables.hashing import hash_params, inverse_params, power_params
+from specdraft.tables.train_keys import TrainKeys
+from specdraft.warehouse.connection import Warehouse
+
+from .helpers import write_token_traces
+
+COLUMNS = "trace_id, pos, token_id, continuation_hash, exact_order, backoff_order"
+LENGTHS = (1, 2, 3, 5, 8)
+
+tokens = st.lists(st.integers(0, 6), max_size=12)
+traces = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), tokens, tokens), min_size=1, max_size=7)
+
+
+def sql_keys(wh: Warehouse, cfg: RunConfig, from_trace_id: int) -> None:
+    """position_keys.sql's train table (the Spark engine's), as ngrams.py made it before."""
+    tail = power_params(cfg.draft_len - 1)
+    params = {"draft_len": cfg.draft_len, "from_trace_id": from_trace_id, "max_index_positions": cfg.max_index_positions,
+              "backoff_max_index_positions": cfg.backoff_max_index_positions, "tail1": tail["pow1"],
+              "tail2": tail["pow2"], **inverse_params(1), **hash_params(), "train": True, "ctx_len": list(LENGTHS)}
+    wh.materialize("tables/position_keys", params, into="sql_keys", temp=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
+       from_trace=st.integers(0, 4))
+def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace):
+    tmp = tmp_path_factory.mktemp("keys")
+    path = write_token_traces(tmp / "t.parquet", traces)
+    cfg = RunConfig(draft_len=draft_len, max_index_positions=cap, backoff_max_index_positions=backoff_cap,
+                    max_completion_tokens=0)
+    with Warehouse(tmp / "wh") as wh:
+        ngrams.build_selected_traces(wh, cfg, path)
+        ngrams.build_hash_powers(wh)
+        sql_keys(wh, cfg, from_trace)
+        keys = TrainKeys.build(wh, draft_len, cap, backoff_cap, from_trace)
+        expected_rows = wh.run_text("select count(*) from sql_keys").fetchall()[0][0]
+        assert len(keys) == expected_rows
+        for ctx_len in LENGTHS:
+            wh.register("numpy_keys", keys.at(ctx_len))
+            select = f"select {COLUMNS}, key_{ctx_len} from"
+            only_sql, only_numpy = (wh.run_text(f"select count(*) from ({select} {a} except all {select} {b})")
+                                    .fetchall()[0][0] for a, b in (("sql_keys", "numpy_keys"), ("numpy_keys", "sql_keys")))
+            assert (only_sql, only_numpy) == (0, 0), f"key_{ctx_len}"
+            types = wh.run_text("select column_name, column_type from (describe numpy_keys)").fetchall()
+            sql_types = dict(wh.run_text("select column_name, column_type from (describe sql_keys)").fetchall())
+            assert all(sql_types[name] == kind for name, kind in types)
