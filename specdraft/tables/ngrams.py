@@ -27,7 +27,7 @@ from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
 from specdraft.tables.train_keys import TrainKeys
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
 
 
 class Rows(Protocol):
@@ -111,6 +111,7 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
     if isinstance(wh, Warehouse):
         keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
                                from_trace_id)
+        trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
     else:
         wh.materialize("tables/position_keys", {**params, "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
     wh.drop("hash_powers")

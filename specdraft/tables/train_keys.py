@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from specdraft.errors import SpecdraftError
 from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, power_params
-from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
+from specdraft.warehouse.connection import Warehouse
 
 BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
 _PRIMES = (P1, P2)
@@ -103,10 +103,7 @@ class TrainKeys:
             "exact_order": exact_order,
             "backoff_order": backoff_order,
         }
-        keys = cls(base, has_exact, has_backoff, tuple(prefix), tuple(end_pow))
-        del traces, tokens, powers, running, before, c, total, c_ahead
-        trim_malloc_heap()  # the temporaries' pages: 226 MB on the development set
-        return keys
+        return cls(base, has_exact, has_backoff, tuple(prefix), tuple(end_pow))
 
     def __len__(self) -> int:
         return len(self.base["pos"])

@@ -17,6 +17,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Self
 
@@ -92,17 +93,17 @@ def trim_malloc_heap() -> None:
     numpy's arrays of a few MB come from that heap once glibc has raised its mmap threshold, and
     their pages stay with the process when freed: building the development set's train keys
     (train_keys.py) left 226 MB there, which DuckDB, allocating apart, cannot reuse."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
+    malloc_trim = _glibc_malloc_trim()
+    if malloc_trim is not None:
+        malloc_trim(0)
 
 
-_malloc_trim = None
+@cache
+def _glibc_malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 def quote_identifier(name: str) -> str:
@@ -429,11 +430,11 @@ class Warehouse:
         that must go when its last statement is done. A registered table (register) is a catalog
         entry, which DuckDB keeps, with the data, until the transaction ends: twelve lengths' train
         keys registered in turn held 650 MB at once on all 25,676 train rows."""
-        self._scans = tables
+        previous, self._scans = self._scans, tables
         try:
             yield
         finally:
-            self._scans = {}
+            self._scans = previous
 
     def _execute_scanning(self, statement: str, bound: dict | list | None, tables: dict[str, Any]) -> list:
         """con.execute(statement) with `tables` as the local variables of the Python frame that
