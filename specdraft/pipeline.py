@@ -178,6 +178,7 @@ STAGES = (
         "draft_len", "max_completion_tokens", "context_lengths", "backoff_context_lengths",
         "copy_context_lengths", "max_index_positions", "backoff_max_index_positions",
         "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit", "keep_counts",
+        "ngram_contexts",
     )),
     Stage("candidates", "drafters", output=_candidate_counts, build=_build_candidates, settings=(
         "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",

@@ -16,6 +16,19 @@ def selected(traces, max_completion_tokens):
     return out
 
 
+def queried_contexts(kept, lengths):
+    """(length, context) of every calibration and eval position that has a context of that length:
+    what exact_continuations ranks under --ngram-contexts queried. A position p sees tokens[:p], for
+    p from 1 to len - 1 (the pipeline's positions: each one has a next token)."""
+    return {
+        (length, tokens[pos - length : pos])
+        for split, tokens, _ in kept
+        if split != "train"
+        for length in lengths
+        for pos in range(length, len(tokens))
+    }
+
+
 def exact_table(full_train, lengths, draft_len, max_positions, top_k):
     tables = {length: defaultdict(Counter) for length in lengths}
     added = 0

@@ -48,6 +48,9 @@ def check_exact(wh, traces, cfg):
     expected, added = oracle.exact_table(
         train, cfg.context_lengths, cfg.draft_len, cfg.max_index_positions, cfg.max_continuations_per_context
     )
+    if cfg.ranks_queried_contexts:  # only what calibration and eval positions look up
+        wanted = oracle.queried_contexts(kept, cfg.context_lengths)
+        expected = {key: ranked for key, ranked in expected.items() if key in wanted}
     expected_by_key = {(length, window_key(ctx)): ranked for (length, ctx), ranked in expected.items()}
     rows, tokens = sql_exact(wh)
     got: dict[tuple[int, int], list] = {}
@@ -103,11 +106,16 @@ def check_backoff(wh, traces, cfg):
     assert index_counters(wh, cfg)["backoff_positions_added"] == added
 
 
-@pytest.mark.parametrize("keep_counts", [False, True])
-def test_hand_made_tables(tmp_path, keep_counts):
+# queried: exact_continuations ranks the contexts calibration and eval look up; all: every context;
+# --keep-counts ranks every context whatever --ngram-contexts says
+SCOPES = [(False, "queried"), (False, "all"), (True, "queried")]
+
+
+@pytest.mark.parametrize(("keep_counts", "contexts"), SCOPES)
+def test_hand_made_tables(tmp_path, keep_counts, contexts):
     cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
                     backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7,
-                    keep_counts=keep_counts)
+                    keep_counts=keep_counts, ngram_contexts=contexts)
     wh = build(tmp_path, HAND_MADE, cfg)
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
@@ -119,10 +127,11 @@ def test_hand_made_tables(tmp_path, keep_counts):
     assert counts == [(3,), (1,)]
 
 
-@pytest.mark.parametrize("keep_counts", [False, True])
-def test_caps_cut_in_train_order(tmp_path, keep_counts):
+@pytest.mark.parametrize(("keep_counts", "contexts"), SCOPES)
+def test_caps_cut_in_train_order(tmp_path, keep_counts, contexts):
     cfg = RunConfig(draft_len=2, context_lengths=(1, 2), backoff_context_lengths=(1, 2), backoff_min_context_len=1,
-                    max_index_positions=7, backoff_max_index_positions=9, keep_counts=keep_counts)
+                    max_index_positions=7, backoff_max_index_positions=9, keep_counts=keep_counts,
+                    ngram_contexts=contexts)
     wh = build(tmp_path, HAND_MADE, cfg)
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
@@ -138,11 +147,12 @@ trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), tok
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=trace_sets, draft_len=st.integers(1, 4), cap=st.integers(0, 40), top_k=st.integers(1, 3),
-       cut=st.integers(0, 12), keep_counts=st.booleans())
-def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut, keep_counts):
+       cut=st.integers(0, 12), keep_counts=st.booleans(), contexts=st.sampled_from(["queried", "all"]))
+def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut, keep_counts, contexts):
     cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2, 3, 5), backoff_context_lengths=(1, 3),
                     backoff_min_context_len=1, max_index_positions=cap, backoff_max_index_positions=cap,
-                    max_continuations_per_context=top_k, max_completion_tokens=cut, keep_counts=keep_counts)
+                    max_continuations_per_context=top_k, max_completion_tokens=cut, keep_counts=keep_counts,
+                    ngram_contexts=contexts)
     wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
     check_exact(wh, traces, cfg)
     check_backoff(wh, traces, cfg)

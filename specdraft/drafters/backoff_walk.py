@@ -4,7 +4,8 @@ The seed extends a draft one token at a time: at each step it looks up the last 
 (context + draft so far) for L from the longest backoff length down to
 --backoff-min-context-len, and appends the most frequent next token of the first context found.
 The walk is sequential in its draft_len steps but not in positions: each step is one vectorised
-key computation (numpy) and one join against backoff_top_tokens (SQL) for every walk still going.
+key computation (numpy) per length and one binary search in that length's picks (backoff_top_tokens,
+read sorted by key once, LengthPicks) for every walk still going.
 
 A walk's next step probes only the lengths its last step leaves possible (next_step_bounds): on the
 development set that is 40% fewer probes, and the same drafts.
@@ -12,6 +13,7 @@ development set that is 40% fewer probes, and the same drafts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -59,11 +61,50 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     width = max(lengths) if lengths else 1
     trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
     with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
-        steps = _walk(lookups, lengths, width, known, matrix, cfg.draft_len)
+        picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths} if len(known) else {}
+    wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
+    steps = _walk(picks, lengths, width, known, matrix, cfg.draft_len)
     return _as_table(trace_ids, known, *steps)
 
 
-def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray, draft_len: int):
+@dataclass(frozen=True)
+class LengthPicks:
+    """backoff_top_tokens at one context length, sorted by key: a lookup is a binary search.
+    Searching the 8 lengths' 10.1M picks of the development set this way took the walk from 4.2 s
+    (a join against the table per step, each a scan of all of it) to about 1 s, for the same drafts."""
+
+    keys: np.ndarray  # ctx_hash, ascending
+    token_id: np.ndarray
+    count: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:
+        rows = wh.query("drafters/backoff_length_picks", {"ctx_len": ctx_len}).fetchnumpy()
+        return cls(*(_narrow(np.asarray(rows[name])) for name in ("ctx_hash", "token_id", "count", "total")))
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of `keys` have a pick (a boolean mask), and where it is (for those that do)."""
+        # searched in key order, each search starting where the last one ended: for the walk's
+        # 100,000-odd keys a step, 4x faster than in row order (random reads of the picks)
+        order = np.argsort(keys)
+        at = np.empty(len(keys), dtype=np.int64)
+        at[order] = np.searchsorted(self.keys, keys[order])
+        inside = at < len(self.keys)
+        found = np.zeros(len(keys), dtype=bool)
+        found[inside] = self.keys[at[inside]] == keys[inside]
+        return found, at[found]
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """int32 where every value fits (token ids, and counts below 2^31): half the memory."""
+    if values.dtype == np.int64 and len(values) and values.min() >= -(2**31) and values.max() < 2**31:
+        return values.astype(np.int32)
+    return values
+
+
+def _walk(picks: dict[int, LengthPicks], lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray,
+          draft_len: int):
     """The draft_len steps of every walk, longest lengths first: each walk's drafted tokens and,
     per step, the context length, count and total it took them from, and its number of steps."""
     n = len(known)
@@ -79,39 +120,31 @@ def _walk(wh: Warehouse, lengths: list[int], width: int, known: np.ndarray, matr
     bound = np.full(n, ascending[-1], dtype=np.int64)  # the longest length each walk may still find
     active = np.arange(n)
     for step in range(draft_len):
-        probe_rows, probe_lens, probe_keys = [], [], []
         end = width + step
+        searching = active  # the walks no longer length has found yet (lengths go longest first)
+        hit_rows, hit_lens = [], []
         for ctx_len in lengths:
-            rows = active[(known[active] + step >= ctx_len) & (bound[active] >= ctx_len)]
-            if len(rows):
-                probe_rows.append(rows)
-                probe_lens.append(np.full(len(rows), ctx_len, dtype=np.int32))
-                probe_keys.append(hashes.window_keys(rows, end - ctx_len, end))
-        if not probe_rows:
+            rows = searching[(known[searching] + step >= ctx_len) & (bound[searching] >= ctx_len)]
+            if not len(rows):
+                continue
+            found, at = picks[ctx_len].find(hashes.window_keys(rows, end - ctx_len, end))
+            rows = rows[found]
+            drafts[rows, step] = picks[ctx_len].token_id[at]
+            step_ctx[rows, step] = ctx_len
+            step_count[rows, step] = picks[ctx_len].count[at]
+            step_total[rows, step] = picks[ctx_len].total[at]
+            hit_rows.append(rows)
+            hit_lens.append(np.full(len(rows), ctx_len, dtype=np.int64))
+            searching = np.setdiff1d(searching, rows, assume_unique=True)
+        hits = np.concatenate(hit_rows) if hit_rows else np.zeros(0, dtype=np.int64)
+        if not len(hits):
             break
-        probes = pa.table(
-            {
-                "probe_id": np.concatenate(probe_rows),
-                "ctx_len": np.concatenate(probe_lens),
-                "ctx_hash": np.concatenate(probe_keys),
-            }
-        )
-        wh.register("backoff_probes", probes)
-        hits = wh.query("drafters/backoff_probe_hits").fetchnumpy()
-        hit_rows = hits["probe_id"].astype(np.int64)
-        hit_lens = hits["ctx_len"].astype(np.int64)
         next_column = np.zeros(n, dtype=np.int64)
-        next_column[hit_rows] = hits["token_id"]
-        drafts[hit_rows, step] = hits["token_id"]
-        step_ctx[hit_rows, step] = hit_lens
-        step_count[hit_rows, step] = hits["count"]
-        step_total[hit_rows, step] = hits["total"]
-        n_steps[hit_rows] += 1
+        next_column[hits] = drafts[hits, step]
+        n_steps[hits] += 1
         hashes.append(next_column)
-        bound[hit_rows] = next_step_bounds(ascending, hit_lens)
-        active = np.sort(hit_rows)
-        if not len(active):
-            break
+        bound[hits] = next_step_bounds(ascending, np.concatenate(hit_lens))
+        active = np.sort(hits)
     return drafts, step_ctx, step_count, step_total, n_steps
 
 

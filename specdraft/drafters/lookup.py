@@ -13,20 +13,21 @@ import pyarrow as pa
 
 from specdraft.config import RunConfig
 from specdraft.tables.hashing import window_key
+from specdraft.tables.ngrams import rank_continuations_here, ranks_every_context
 from specdraft.warehouse.connection import Warehouse
 
 
-def _probe(wh: Warehouse, tokens: list[int], lengths) -> None:
+def _probe(wh: Warehouse, tokens: list[int], lengths) -> pa.Table:
+    """Register the contexts `tokens` ends in, at each of `lengths`, as lookup_probes; return them."""
     usable = [length for length in lengths if length <= len(tokens)]
-    wh.register(
-        "lookup_probes",
-        pa.table(
+    probes = pa.table(
             {
                 "ctx_len": pa.array(usable, pa.int32()),
                 "ctx_hash": pa.array([window_key(tokens[-length:]) for length in usable], pa.int64()),
             }
-        ),
-    )
+        )
+    wh.register("lookup_probes", probes)
+    return probes
 
 
 def backoff_walk(wh: Warehouse, tokens: list[int], cfg: RunConfig) -> tuple[list[int], list[int]]:
@@ -71,7 +72,10 @@ def lookup(warehouse: Path, dataset: str, text: str, cfg: RunConfig) -> list[dic
         for length, draft in recent_copy(tokens, sorted(set(cfg.copy_context_lengths) | set(cfg.context_lengths)),
                                          cfg.draft_len)[:3]:
             rows.append({"source": f"recent-copy:{length}", "ctx_len": length, "count": None, "draft": draft})
-        _probe(wh, tokens, cfg.context_lengths)
+        probes = _probe(wh, tokens, cfg.context_lengths)
+        if not ranks_every_context(wh):  # the stored table ranks the eval and calibration contexts only
+            wh.register("wanted_contexts", probes)
+            rank_continuations_here(wh, cfg, cfg.max_continuations_per_context, wanted=True)
         for ctx_len, rank, count, draft in wh.query("drafters/lookup_continuations",
                                                     {"draft_len": cfg.draft_len}).fetchall():
             rows.append({"source": f"ngram:{ctx_len} (rank {rank})", "ctx_len": ctx_len, "count": count,

@@ -46,7 +46,7 @@ def export_sglang_corpus(warehouse: Path, run_id: str | None, out: Path) -> dict
     from specdraft.warehouse.connection import Warehouse
 
     results = load_run(Path(warehouse), run_id)
-    cfg = RunConfig(**results["config"])
+    cfg = RunConfig.recorded(results["config"])
     tokenizer = load_tokenizer(cfg.tokenizer)
     if tokenizer.fingerprint != results["tokenizer"]["fingerprint"]:
         raise SpecdraftError(f"run {results['run_id']} was tokenized with {cfg.tokenizer} fingerprint "

@@ -71,12 +71,13 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     """Write the bundle of a recorded run (default: the latest) to `out`; returns its manifest."""
     from specdraft.report.results import load_run
     from specdraft.sources.tokenizer import load_tokenizer
+    from specdraft.tables.ngrams import rank_continuations_here, ranks_every_context
     from specdraft.warehouse.connection import Warehouse
 
     results = load_run(Path(warehouse), run_id)
     run_id = results["run_id"]
     preset = results.get("preset")
-    cfg = RunConfig(**results["config"])
+    cfg = RunConfig.recorded(results["config"])
 
     tokenizer_fp = results["tokenizer"]["fingerprint"]
     tokenizer = load_tokenizer(cfg.tokenizer)
@@ -88,6 +89,8 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         raise SpecdraftError(f"{out}: exists and is not a drafter bundle; choose another --out")
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         check_tables_are_the_runs(wh, cfg, results)
+        if not ranks_every_context(wh):  # a live prompt may hit any context: rank them all (ranks 1, 2)
+            rank_continuations_here(wh, cfg, top_k=2)
         store, starts = _store(wh)
         lookups = {"ngram.arrow": _ngram(wh, len(store), cfg.draft_len, rank=1), "backoff.arrow": _backoff(wh, cfg)}
         tables = {"store.arrow": pa.table({"token_id": store})}
@@ -269,7 +272,7 @@ def read_bundle(root: Path) -> Bundle:
     missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:
         raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
-    config = RunConfig(**_read_json(root / "config.json"))
+    config = RunConfig.recorded(_read_json(root / "config.json"))
     columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
     policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
     segments = manifest["tables"]

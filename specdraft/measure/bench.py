@@ -64,8 +64,8 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
         if run["returncode"] != 0:
             raise SpecdraftError(f"specdraft failed:\n{run['stderr']}")
         results = json.loads((Path(tmp) / "out" / "results.json").read_text())
-    # Each stage resets the kernel's peak (measure.timer.StageTimer), which hides earlier stages' peaks
-    # from getrusage; the run's own maximum over every reading restores them.
+    # getrusage sees the kernel's peak of the whole process; the run's own sampled maximum (10 ms
+    # readings) can only be at or below it, and is taken where getrusage is not available
     run["peak_rss_bytes"] = max(run["peak_rss_bytes"], results.get("peak_rss_bytes_by_stage", {}).get("total", 0))
     return run, results
 

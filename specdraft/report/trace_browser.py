@@ -36,7 +36,7 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
     chosen = _embedded(listing, all_traces)
     wh.register("browser_traces", pa.table({"trace_id": pa.array(sorted(chosen), pa.int64())}))
     tokens = wh.query("report/browser_tokens", {"run_id": run_id}).to_arrow_table()
-    cfg = RunConfig(**results["config"])
+    cfg = RunConfig.recorded(results["config"])
     stale = "candidates" in stale_stages(wh, cfg, results["tokenizer"]["fingerprint"])
     drafts = None if stale else _scored_drafts(wh, results)
     sources: dict[str, int] = {}

@@ -138,13 +138,15 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
 
 
 def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], dict]], into=None,
-                     keys: TrainKeys | None = None) -> None:
+                     keys: TrainKeys | None = None, queried: bool = False) -> None:
     """For each context length, every table of that length from the train positions' keys at it
     (position_keys through the length_keys view and the counts over it), appended. Each grouping
     is one length's share of the whole, so large builds stay within the memory limit. into(name)
     names the table a file writes to instead of its own (an update's delta tables). keys (DuckDB):
     the train positions, scanned as position_keys at each length in turn (Warehouse.scanning: each
-    length's keys go when its tables are written); without them, the position_keys table."""
+    length's keys go when its tables are written); without them, the position_keys table.
+    queried: the continuations are counted for the contexts of the wanted_contexts view only
+    (--ngram-contexts queried), the positions of other contexts dropped before they are grouped."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
     started: set[str] = set()
     # the next length's keys are hashed (numpy, which lets go of the GIL) while DuckDB builds this one's
@@ -157,8 +159,13 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                 upcoming = ahead.submit(keys.at, lengths[i + 1]) if i + 1 < len(lengths) else None
             with scans:
                 # views, made again for each length (a Spark view holds the plan it was made from)
-                for view in ("tables/length_keys", "tables/length_continuations", "tables/length_next_tokens"):
+                for view in ("tables/length_keys", "tables/length_next_tokens"):
                     wh.materialize(view, {"ctx_len": ctx_len}, view=True)
+                if queried:
+                    wh.materialize("tables/length_contexts", {"ctx_len": ctx_len}, temp=True)
+                    wh.materialize("tables/queried_length_continuations", view=True, into="length_continuations")
+                else:
+                    wh.materialize("tables/length_continuations", view=True)
                 for name, table_lengths, params in tables:
                     if ctx_len in table_lengths:
                         target = {"into": into(name), "temp": True} if into else {}
@@ -166,20 +173,52 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                         started.add(name)
     for view in ("length_next_tokens", "length_continuations", "length_keys"):
         wh.drop_view(view)
+    if queried:
+        wh.drop("length_contexts")
 
 
 def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> None:
     """Build every stage-4 table. Intermediates are temp tables; what analysts and later stages
     read (selected_traces, query_context_keys, exact_continuations, backoff_top_tokens, and with
-    --keep-counts exact_continuation_counts and backoff_next_tokens) is kept."""
+    --keep-counts exact_continuation_counts and backoff_next_tokens) is kept. exact_continuations
+    ranks the contexts calibration and eval look up (query_context_keys), or with
+    --ngram-contexts all (or --keep-counts) every train context."""
     build_selected_traces(wh, cfg, traces_path)
     build_hash_powers(wh)
     keys = build_position_keys(wh, cfg)
     wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)})
     wh.drop("query_position_keys")
-    build_per_length(wh, length_tables(cfg), keys=keys)
+    queried = cfg.ranks_queried_contexts
+    wh.materialize("tables/exact_continuation_scope", {"contexts": "queried" if queried else "all"})
+    if queried:
+        wh.materialize("tables/wanted_contexts", view=True)
+    build_per_length(wh, length_tables(cfg), keys=keys, queried=queried)
+    if queried:
+        wh.drop_view("wanted_contexts")
     if keys is None:
         wh.drop("position_keys")
+
+
+def ranks_every_context(wh: Warehouse) -> bool:
+    """Does the warehouse's exact_continuations rank every train context? (A build from before
+    exact_continuation_scope did.)"""
+    if not wh.has_table("exact_continuation_scope"):
+        return True
+    return wh.query("tables/ranked_contexts").fetchall() == [("all",)]
+
+
+def rank_continuations_here(wh: Warehouse, cfg: RunConfig, top_k: int, wanted: bool = False) -> None:
+    """exact_continuations of the selected train traces as a temp table of that name, which this
+    connection reads instead of the warehouse's (also on a read-only warehouse): over every train
+    context (what a bundle needs: a live prompt may hit any), or with wanted=True over those of
+    the wanted_contexts table the caller registered (`specdraft lookup`'s text). For warehouses
+    whose own table ranks only the queried contexts (ranks_every_context)."""
+    build_hash_powers(wh)
+    keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions)
+    wh.drop("hash_powers")
+    with wh.uncached():
+        build_per_length(wh, [("tables/exact_continuations", cfg.context_lengths, {"top_k": top_k})],
+                         into=lambda _: "exact_continuations", keys=keys, queried=wanted)
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

@@ -1,0 +1,14 @@
+-- out: backoff_length_picks
+-- grain: ctx_hash
+-- reads: backoff_top_tokens
+-- params: $ctx_len INTEGER
+-- The backoff picks of one context length, sorted by context key: what the backoff walk searches
+-- (numpy's searchsorted), one length at a time.
+select
+    ctx_hash,
+    token_id,
+    count,
+    total
+from backoff_top_tokens
+where ctx_len = $ctx_len
+order by ctx_hash
