@@ -661,3 +661,24 @@ def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
         for call in (lambda: session.propose_tree(16), lambda: session.propose(verify_cost=0.05)):
             with pytest.raises(ValueError, match="preset default"):
                 call()
+
+
+def test_a_queried_build_exports_the_bundle_of_a_build_of_every_context(built, tmp_path_factory):
+    """The run's warehouse ranks only the contexts calibration and eval look up (the default,
+    --ngram-contexts queried); its export ranks every context itself. The n-gram tables it writes are
+    those of a build that ranked every context, byte for byte."""
+    root, results = built
+    everything = tmp_path_factory.mktemp("all-contexts")
+    cfg = dataclasses.replace(DEFAULT if results["preset"] == "default" else SEED, ngram_contexts="all")
+    run_all(cfg, everything / "warehouse", str(FIXTURE), "unused")
+    export_bundle(everything / "warehouse", None, everything / "bundle")
+    ranked = {}
+    for where in (root, everything):
+        with Warehouse(where / "warehouse", read_only=True, dataset=DATASET) as wh:
+            ranked[where] = wh.row_count("exact_continuations")
+    assert ranked[root] < ranked[everything]  # the run's table is the queried one
+    files = {where: json.loads((where / "bundle" / "manifest.json").read_text())["files"] for where in (root, everything)}
+    tables = [name for name in files[root] if name.endswith(".arrow")]
+    assert {"ngram.arrow", "backoff.arrow"} <= set(tables)
+    for name in tables:
+        assert files[root][name] == files[everything][name], name

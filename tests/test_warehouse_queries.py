@@ -194,6 +194,23 @@ def test_lookup_shows_every_table_source(warehouse):
     assert copy["text"].startswith(" 12. The total is")  # the repeat continues
 
 
+def test_lookup_ranks_its_texts_contexts_on_a_queried_build(warehouse, tmp_path):
+    """The fixture's warehouse ranks only what calibration and eval look up; lookup ranks the
+    contexts of its text itself, so it shows what a build of every context shows."""
+    from specdraft.drafters.lookup import lookup
+
+    everything = tmp_path / "all"
+    run_all(RunConfig(ngram_contexts="all", **FLAGS), everything, str(FIXTURES / "parity_traces.parquet"), "unused",
+            name="qwen_side")
+    train = query(warehouse, "select as_text(tokens[1:60]) as text from selected_traces where split = 'train' "
+                             "order by trace_id limit 1", dataset="qwen_side")
+    texts = ["<think>\nHmm, okay. Let me think about", train[0]["text"]]
+    for text in texts:
+        queried = lookup(warehouse, "qwen_side", text, RunConfig())
+        assert [r for r in queried if r["source"].startswith("ngram")], text
+        assert queried == lookup(everything, "qwen_side", text, RunConfig()), text
+
+
 def test_lookup_cli(warehouse):
     from click.testing import CliRunner
 
