@@ -156,3 +156,28 @@ def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap
     wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
     check_exact(wh, traces, cfg)
     check_backoff(wh, traces, cfg)
+
+
+def test_train_keys_too_large_for_the_budget_are_built_in_sql(tmp_path, monkeypatch):
+    """Beyond what the memory budget leaves beside DuckDB, the train keys are position_keys.sql's
+    table (spilled by DuckDB) instead of numpy arrays, and the tables are the same."""
+    from specdraft.tables import ngrams
+    from specdraft.tables.train_keys import BYTES_PER_POSITION, TrainKeys
+
+    cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
+                    backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7)
+    path = write_token_traces(tmp_path / "traces" / "t.parquet", HAND_MADE)
+    wh = Warehouse(tmp_path / "wh")
+    ngrams.build_selected_traces(wh, cfg, path)
+    (positions,), = wh.run_text("select sum(n_tokens) from selected_traces where split = 'train'").fetchall()
+    # half of the 30% beside DuckDB's share must hold BYTES_PER_POSITION a position
+    wh.memory_limit = f"{positions * BYTES_PER_POSITION * 2 / 0.3 * 1.01:.0f}B"
+    assert TrainKeys.fit_beside(wh)
+    wh.memory_limit = f"{positions * BYTES_PER_POSITION * 2 / 0.3 * 0.99:.0f}B"
+    assert not TrainKeys.fit_beside(wh)
+    built = []
+    monkeypatch.setattr(TrainKeys, "build", lambda *args, **kwargs: built.append(args))
+    build_ngram_tables(wh, cfg, path)
+    assert not built  # the SQL table, not numpy arrays
+    check_exact(wh, HAND_MADE, cfg)
+    check_backoff(wh, HAND_MADE, cfg)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdraft.policy.draft_trees import AcceptanceCurves
+from specdraft.policy.walks import walk_positions
 
 VERIFY_COSTS = (0.0, 0.01, 0.02, 0.05, 0.1)
 
@@ -33,19 +34,14 @@ def adaptive_lengths(curves: AcceptanceCurves, raw: np.ndarray, lengths: np.ndar
 
 
 def walk(accepted: np.ndarray, drafted: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The decode walk of each trace, a + 1 tokens a step: (drafted, accepted) per step."""
-    steps_drafted: list[int] = []
-    steps_accepted: list[int] = []
-    accepted_list, drafted_list = accepted.tolist(), drafted.tolist()
-    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-        c = start
-        while c < end:
-            d = drafted_list[c]
-            a = min(accepted_list[c], d)
-            steps_drafted.append(d)
-            steps_accepted.append(a)
-            c += a + 1
-    return np.array(steps_drafted, dtype=np.int64), np.array(steps_accepted, dtype=np.int64)
+    """The decode walk of each trace, a + 1 tokens a step: (drafted, accepted) per step.
+
+    >>> walk(np.array([3, 0, 0, 1, 5]), np.array([2, 2, 2, 2, 2]), np.array([0, 5]))
+    (array([2, 2]), array([2, 1]))
+    """
+    accepted = np.minimum(accepted, drafted)
+    steps = walk_positions(accepted + 1, offsets)
+    return drafted[steps].astype(np.int64), accepted[steps].astype(np.int64)
 
 
 def _summary(drafted: np.ndarray, accepted: np.ndarray, costs: tuple[float, ...]) -> dict:

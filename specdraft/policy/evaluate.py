@@ -29,6 +29,7 @@ from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
 from specdraft.policy.runs import rank_in_runs, run_starts
+from specdraft.policy.walks import walk_positions
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
@@ -367,11 +368,6 @@ def top_distinct(predicted, flat, draft_keys, k) -> np.ndarray:
 def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:
     """Replay each trace: at response position c take the chosen draft's accepted length a, then
     move to c + a + 1 (or c + draft_len on a full draft)."""
-    values: list[int] = []
-    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-        c = start
-        while c < end:
-            accepted = int(selected[c])
-            values.append(accepted)
-            c += accepted if accepted == draft_len else accepted + 1
-    return np.array(values, dtype=np.int64)
+    selected = np.asarray(selected, dtype=np.int64)
+    jump = np.where(selected == draft_len, draft_len, selected + 1)
+    return selected[walk_positions(jump, offsets)]

@@ -19,6 +19,7 @@ from html import escape
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specdraft.config import RunConfig
 from specdraft.warehouse.connection import Warehouse
@@ -93,16 +94,35 @@ def _scored_drafts(wh: Warehouse, results: dict) -> list[tuple]:
         from specdraft.policy.seed import SourceAveragePolicy
 
         scores = candidate_policy_scores(drafts, SourceAveragePolicy.from_dict(results["policy"]))[0]
-    pieces = _pieces(wh)
-    texts = ["".join(pieces.get(token, "") for token in draft) for draft in drafts.column("draft").to_pylist()]
+    texts = draft_texts(drafts.column("draft").combine_chunks(), _pieces(wh))
     return list(zip(*(drafts.column(c).to_pylist() for c in ("trace_id", "pos", "source", "accepted")),
-                    [None if s is None or not math.isfinite(s) else round(float(s), 4) for s in scores], texts))
+                    [None if s is None or not math.isfinite(s) else round(float(s), 4) for s in scores],
+                    texts.to_pylist()))
 
 
-def _pieces(wh: Warehouse) -> dict[int, str]:
-    """Token id -> its text piece (as_text() renders a list of ids as their pieces joined)."""
+def _pieces(wh: Warehouse) -> pa.Array:
+    """Each token id's text piece, at its id (null where the vocabulary has no such id): what
+    as_text() joins for a list of ids."""
     vocab = wh.query("report/vocab_pieces").to_arrow_table()
-    return dict(zip(vocab.column("token_id").to_pylist(), vocab.column("piece").to_pylist()))
+    ids = vocab.column("token_id").to_numpy()
+    at = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
+    at[ids] = np.arange(len(ids))
+    return vocab.column("piece").combine_chunks().take(pa.array(at, mask=at < 0))
+
+
+def draft_texts(drafts: pa.ListArray, pieces: pa.Array) -> pa.Array:
+    """Each draft's text: its tokens' pieces joined (an unknown id renders as nothing), in Arrow
+    (a Python join per draft took 0.9 s of the default preset's report).
+
+    >>> draft_texts(pa.array([[1, 0], [], [2, 7]]), pa.array(["a", "b", None])).to_pylist()
+    ['ba', '', '']
+    """
+    drafts = drafts.cast(pa.list_(pa.int64()))
+    ids = pc.list_flatten(drafts).to_numpy(zero_copy_only=False)
+    known = (ids >= 0) & (ids < len(pieces))
+    flat = pieces.take(pa.array(np.where(known, ids, 0), mask=~known)).fill_null("")
+    offsets = pa.array(drafts.offsets.to_numpy() - drafts.offsets[0].as_py(), pa.int32())
+    return pc.binary_join(pa.ListArray.from_arrays(offsets, flat), "")
 
 
 def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[float | None]:

@@ -93,7 +93,9 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
     """The positions and context keys of the selected traces from from_trace_id on: calibration's
     and eval's at the query lengths (query_position_keys), train's at the table lengths; the hash
     powers they were made with are dropped. On DuckDB the train keys are returned (TrainKeys, for
-    build_per_length); on Spark they are the position_keys table, and None is returned."""
+    build_per_length), unless they would not fit in the memory budget beside DuckDB's share
+    (TrainKeys.fit_beside); there, and on Spark, they are the position_keys table (which DuckDB
+    spills past its limit), and None is returned."""
     tail = power_params(cfg.draft_len - 1)
     params = {
         "draft_len": cfg.draft_len,
@@ -108,7 +110,7 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
     wh.materialize("tables/position_keys", {**params, "train": False, "ctx_len": query_lengths(cfg)},
                    into="query_position_keys", temp=True)
     keys = None
-    if isinstance(wh, Warehouse):
+    if isinstance(wh, Warehouse) and TrainKeys.fit_beside(wh, from_trace_id):
         keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
                                from_trace_id)
         trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
@@ -214,11 +216,13 @@ def rank_continuations_here(wh: Warehouse, cfg: RunConfig, top_k: int, wanted: b
     the wanted_contexts table the caller registered (`specdraft lookup`'s text). For warehouses
     whose own table ranks only the queried contexts (ranks_every_context)."""
     build_hash_powers(wh)
-    keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions)
-    wh.drop("hash_powers")
+    keys = build_position_keys(wh, cfg)
+    wh.drop("query_position_keys")
     with wh.uncached():
         build_per_length(wh, [("tables/exact_continuations", cfg.context_lengths, {"top_k": top_k})],
                          into=lambda _: "exact_continuations", keys=keys, queried=wanted)
+    if keys is None:
+        wh.drop("position_keys")
 
 
 def index_counters(wh: Warehouse, cfg: RunConfig) -> dict[str, int]:

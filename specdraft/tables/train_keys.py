@@ -29,9 +29,14 @@ import pyarrow as pa
 
 from specdraft.errors import SpecdraftError
 from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, power_params
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import DUCKDB_SHARE, Warehouse, size_bytes
 
 BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
+# What a train position holds while the keys exist: base (trace_id, pos, token_id: 4 bytes each;
+# continuation_hash, exact_order, backoff_order: 8), prefix sums and end powers under two primes
+# (32), one length's key (8) and its Arrow copy with the other columns' (another 44, at() copies
+# nothing else)
+BYTES_PER_POSITION = 36 + 32 + 16
 _PRIMES = (P1, P2)
 
 
@@ -47,6 +52,18 @@ class TrainKeys:
     prefix: tuple[np.ndarray, np.ndarray]  # c(pos) mod p, per prime
     end_pow: tuple[np.ndarray, np.ndarray]  # B^(pos - 1) mod p, per prime
     _columns: dict[str, pa.Array] | None = field(default=None, init=False, repr=False)  # at()'s, but the key
+
+    @staticmethod
+    def fit_beside(wh: Warehouse, from_trace_id: int = 0) -> bool:
+        """Do the train keys fit in half of what the run's memory budget leaves beside DuckDB's
+        share (--memory-limit; DuckDB spills past its own)? They are numpy arrays DuckDB does not
+        count: BYTES_PER_POSITION a train position. On the development set 2.3M positions take
+        196 MB; 200,000 synthetic traces' 49M would take 4.1 GB, past a 5GB budget."""
+        if wh.memory_limit is None:
+            return True
+        (positions,), = wh.query("tables/train_positions", {"from_trace_id": from_trace_id}).fetchall()
+        beside = size_bytes(wh.memory_limit) * (1 - DUCKDB_SHARE)
+        return (positions or 0) * BYTES_PER_POSITION <= beside / 2
 
     @classmethod
     def build(cls, wh: Warehouse, draft_len: int, max_index_positions: int, backoff_max_index_positions: int,
