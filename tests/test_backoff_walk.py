@@ -5,13 +5,15 @@ repetitive traces under caps and cuts (tests/oracle.py)."""
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
-from specdraft.drafters.backoff_walk import backoff_candidates
+from specdraft.drafters.backoff_walk import LengthPicks, TablePicks, backoff_candidates
 from specdraft.drafters.candidates import build_query_positions
 from specdraft.tables.ngrams import build_ngram_tables
 from specdraft.warehouse.connection import Warehouse
@@ -25,13 +27,18 @@ splits = st.sampled_from(["train", "train", "train", "eval"])
 trace_sets = st.lists(st.tuples(splits, token_lists, token_lists), min_size=2, max_size=6)
 
 
-def walked(tmp_path, traces, cfg):
-    """(trace_id, pos) -> (draft, step context lengths) from the SQL tables and the walk."""
+def walked(tmp_path, traces, cfg, joins=False):
+    """(trace_id, pos) -> (draft, step context lengths) from the SQL tables and the walk: its picks
+    searched in memory (LengthPicks), or with joins=True looked up by joins (TablePicks, where they
+    would not fit in the memory budget)."""
     path = write_token_traces(tmp_path / "traces" / "t.parquet", traces)
     with Warehouse(tmp_path / "wh") as wh:
         build_ngram_tables(wh, cfg, path)
         build_query_positions(wh, cfg)
-        table = backoff_candidates(wh, cfg)
+        with mock.patch.object(LengthPicks, "fit_beside", return_value=not joins), \
+                mock.patch.object(TablePicks, "find", autospec=True, side_effect=TablePicks.find) as joined:
+            table = backoff_candidates(wh, cfg)
+        assert joins == bool(joined.call_count) or not len(table)
         tokens = dict(wh.run_text("select trace_id, tokens from selected_traces").fetchall())
         queries = wh.run_text("select trace_id, pos from query_positions").fetchall()
     rows = zip(*(table.column(c).to_pylist() for c in ("trace_id", "pos", "draft", "step_ctx_lens")))
@@ -54,23 +61,24 @@ def expected(traces, tokens, queries, cfg):
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=trace_sets, draft_len=st.integers(1, 6), cap=st.integers(0, 60), cut=st.integers(0, 30),
-       min_len=st.integers(1, 3))
-def test_walk_drafts_what_the_seed_drafts(tmp_path_factory, traces, draft_len, cap, cut, min_len):
+       min_len=st.integers(1, 3), joins=st.booleans())
+def test_walk_drafts_what_the_seed_drafts(tmp_path_factory, traces, draft_len, cap, cut, min_len, joins):
     cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2), backoff_context_lengths=(1, 2, 3, 5, 8),
                     backoff_min_context_len=min_len, backoff_max_index_positions=cap,
                     max_completion_tokens=cut)
-    got, tokens, queries = walked(tmp_path_factory.mktemp("walk"), traces, cfg)
+    got, tokens, queries = walked(tmp_path_factory.mktemp("walk"), traces, cfg, joins)
     assert got == expected(traces, tokens, queries, cfg)
 
 
-def test_walk_climbs_back_to_long_contexts(tmp_path):
+@pytest.mark.parametrize("joins", [False, True])
+def test_walk_climbs_back_to_long_contexts(tmp_path, joins):
     """A hand-made case where the bound matters: after backing off to a short context, the walk
     finds longer ones again step by step (1 -> 2 -> 3 -> 5), as the seed's walk does."""
     train = [0, 1, 2, 0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0, 2]
     traces = [("train", [], train), ("train", [], train[::-1]), ("eval", [2, 2], [1, 0, 2, 2, 1, 0, 0, 1])]
     cfg = RunConfig(draft_len=6, context_lengths=(1,), backoff_context_lengths=(1, 2, 3, 5),
                     backoff_min_context_len=1)
-    got, tokens, queries = walked(tmp_path, traces, cfg)
+    got, tokens, queries = walked(tmp_path, traces, cfg, joins)
     want = expected(traces, tokens, queries, cfg)
     assert got == want
     climbs = [lens for _, lens in want.values() if any(b > a for a, b in itertools.pairwise(lens))]

@@ -21,9 +21,10 @@ import pyarrow as pa
 
 from specdraft.config import RunConfig
 from specdraft.tables.hashing import RowPrefixHashes
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import DUCKDB_SHARE, Warehouse, size_bytes
 
 PAD = -1
+BYTES_PER_PICK = 20  # a key (8 bytes), its token, count and total (4 each, where they fit)
 
 
 def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -61,30 +62,50 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     width = max(lengths) if lengths else 1
     trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
     with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
-        picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths} if len(known) else {}
-    wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
-    steps = _walk(picks, lengths, width, known, matrix, cfg.draft_len)
+        if not len(known):
+            steps = _walk({}, lengths, width, known, matrix, cfg.draft_len)
+        elif LengthPicks.fit_beside(lookups):
+            picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths}
+            wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
+            steps = _walk(picks, lengths, width, known, matrix, cfg.draft_len)
+        else:
+            steps = _walk({ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}, lengths, width, known,
+                          matrix, cfg.draft_len)
     return _as_table(trace_ids, known, *steps)
+
+
+Found = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # found (a mask); token_id, count, total of those
 
 
 @dataclass(frozen=True)
 class LengthPicks:
     """backoff_top_tokens at one context length, sorted by key: a lookup is a binary search.
     Searching the 8 lengths' 10.1M picks of the development set this way took the walk from 4.2 s
-    (a join against the table per step, each a scan of all of it) to about 1 s, for the same drafts."""
+    (a join against the table per step, each a scan of all of it) to 2.6 s (reading 1.5 s), for the
+    same drafts. Where the picks would not fit beside DuckDB (fit_beside), TablePicks joins."""
 
     keys: np.ndarray  # ctx_hash, ascending
     token_id: np.ndarray
     count: np.ndarray
     total: np.ndarray
 
+    @staticmethod
+    def fit_beside(wh: Warehouse) -> bool:
+        """Do all lengths' picks, BYTES_PER_PICK each, fit in half of what the run's memory budget
+        leaves beside DuckDB's share? (The development set's 10.1M: 202 MB; 200,000 synthetic
+        traces' 133M would take 2.7 GB.)"""
+        if wh.memory_limit is None:
+            return True
+        (picks,), = wh.query("drafters/backoff_pick_count").fetchall()
+        return picks * BYTES_PER_PICK <= size_bytes(wh.memory_limit) * (1 - DUCKDB_SHARE) / 2
+
     @classmethod
     def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:
         rows = wh.query("drafters/backoff_length_picks", {"ctx_len": ctx_len}).fetchnumpy()
         return cls(*(_narrow(np.asarray(rows[name])) for name in ("ctx_hash", "token_id", "count", "total")))
 
-    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Which of `keys` have a pick (a boolean mask), and where it is (for those that do)."""
+    def find(self, keys: np.ndarray) -> Found:
+        """Which of `keys` have a pick, and the picks of those that do."""
         # searched in key order, each search starting where the last one ended: for the walk's
         # 100,000-odd keys a step, 4x faster than in row order (random reads of the picks)
         order = np.argsort(keys)
@@ -93,7 +114,25 @@ class LengthPicks:
         inside = at < len(self.keys)
         found = np.zeros(len(keys), dtype=bool)
         found[inside] = self.keys[at[inside]] == keys[inside]
-        return found, at[found]
+        at = at[found]
+        return found, self.token_id[at], self.count[at], self.total[at]
+
+
+@dataclass(frozen=True)
+class TablePicks:
+    """backoff_top_tokens at one context length, looked up by a join (DuckDB, within its memory
+    limit): for tables whose picks would not fit in memory beside it."""
+
+    wh: Warehouse
+    ctx_len: int
+
+    def find(self, keys: np.ndarray) -> Found:
+        self.wh.register("backoff_probes", pa.table({"probe_id": np.arange(len(keys)), "ctx_hash": keys}))
+        hits = self.wh.query("drafters/backoff_probe_hits", {"ctx_len": self.ctx_len}).fetchnumpy()
+        order = np.argsort(hits["probe_id"])
+        found = np.zeros(len(keys), dtype=bool)
+        found[np.asarray(hits["probe_id"])] = True
+        return found, *(np.asarray(hits[name])[order] for name in ("token_id", "count", "total"))
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -103,7 +142,7 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _walk(picks: dict[int, LengthPicks], lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray,
+def _walk(picks: dict[int, LengthPicks | TablePicks], lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray,
           draft_len: int):
     """The draft_len steps of every walk, longest lengths first: each walk's drafted tokens and,
     per step, the context length, count and total it took them from, and its number of steps."""
@@ -127,12 +166,12 @@ def _walk(picks: dict[int, LengthPicks], lengths: list[int], width: int, known: 
             rows = searching[(known[searching] + step >= ctx_len) & (bound[searching] >= ctx_len)]
             if not len(rows):
                 continue
-            found, at = picks[ctx_len].find(hashes.window_keys(rows, end - ctx_len, end))
+            found, token_id, count, total = picks[ctx_len].find(hashes.window_keys(rows, end - ctx_len, end))
             rows = rows[found]
-            drafts[rows, step] = picks[ctx_len].token_id[at]
+            drafts[rows, step] = token_id
             step_ctx[rows, step] = ctx_len
-            step_count[rows, step] = picks[ctx_len].count[at]
-            step_total[rows, step] = picks[ctx_len].total[at]
+            step_count[rows, step] = count
+            step_total[rows, step] = total
             hit_rows.append(rows)
             hit_lens.append(np.full(len(rows), ctx_len, dtype=np.int64))
             searching = np.setdiff1d(searching, rows, assume_unique=True)
