@@ -202,6 +202,12 @@ def test_lookup_ranks_its_texts_contexts_on_a_queried_build(warehouse, tmp_path)
     everything = tmp_path / "all"
     run_all(RunConfig(ngram_contexts="all", **FLAGS), everything, str(FIXTURES / "parity_traces.parquet"), "unused",
             name="qwen_side")
+    # and with an index cap that cuts the train positions short: the lookup ranks as its build did
+    capped = {**FLAGS, "max_index_positions": 300, "max_continuations_per_context": 2}
+    capped_queried, capped_all = tmp_path / "capped", tmp_path / "capped_all"
+    for root, contexts in ((capped_queried, "queried"), (capped_all, "all")):
+        run_all(RunConfig(ngram_contexts=contexts, **capped), root, str(FIXTURES / "parity_traces.parquet"),
+                "unused", name="qwen_side")
     train = query(warehouse, "select as_text(tokens[1:60]) as text from selected_traces where split = 'train' "
                              "order by trace_id limit 1", dataset="qwen_side")
     texts = ["<think>\nHmm, okay. Let me think about", train[0]["text"]]
@@ -209,6 +215,8 @@ def test_lookup_ranks_its_texts_contexts_on_a_queried_build(warehouse, tmp_path)
         queried = lookup(warehouse, "qwen_side", text, RunConfig())
         assert [r for r in queried if r["source"].startswith("ngram")], text
         assert queried == lookup(everything, "qwen_side", text, RunConfig()), text
+        assert lookup(capped_queried, "qwen_side", text, RunConfig()) == lookup(capped_all, "qwen_side", text,
+                                                                                RunConfig()), text
 
 
 def test_lookup_cli(warehouse):

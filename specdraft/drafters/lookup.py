@@ -7,13 +7,14 @@ sources look inside the text itself.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 
 from specdraft.config import RunConfig
 from specdraft.tables.hashing import window_key
-from specdraft.tables.ngrams import rank_continuations_here, ranks_every_context
+from specdraft.tables.ngrams import rank_continuations_here, ranking_settings
 from specdraft.warehouse.connection import Warehouse
 
 
@@ -73,9 +74,11 @@ def lookup(warehouse: Path, dataset: str, text: str, cfg: RunConfig) -> list[dic
                                          cfg.draft_len)[:3]:
             rows.append({"source": f"recent-copy:{length}", "ctx_len": length, "count": None, "draft": draft})
         probes = _probe(wh, tokens, cfg.context_lengths)
-        if not ranks_every_context(wh):  # the stored table ranks the eval and calibration contexts only
+        built = ranking_settings(wh)
+        if built is not None:  # the stored table ranks the eval and calibration contexts only
             wh.register("wanted_contexts", probes)
-            rank_continuations_here(wh, cfg, cfg.max_continuations_per_context, wanted=True)
+            rank_continuations_here(wh, dataclasses.replace(cfg, **built), built["max_continuations_per_context"],
+                                    wanted=True)
         for ctx_len, rank, count, draft in wh.query("drafters/lookup_continuations",
                                                     {"draft_len": cfg.draft_len}).fetchall():
             rows.append({"source": f"ngram:{ctx_len} (rank {rank})", "ctx_len": ctx_len, "count": count,

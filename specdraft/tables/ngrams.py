@@ -191,7 +191,12 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
     wh.materialize("tables/query_context_keys", {"ctx_len": query_lengths(cfg)})
     wh.drop("query_position_keys")
     queried = cfg.ranks_queried_contexts
-    wh.materialize("tables/exact_continuation_scope", {"contexts": "queried" if queried else "all"})
+    wh.materialize("tables/exact_continuation_scope", {
+        "contexts": "queried" if queried else "all",
+        "draft_len": cfg.draft_len,
+        "max_index_positions": cfg.max_index_positions,
+        "max_continuations_per_context": cfg.max_continuations_per_context,
+    })
     if queried:
         wh.materialize("tables/wanted_contexts", view=True)
     build_per_length(wh, length_tables(cfg), keys=keys, queried=queried)
@@ -204,9 +209,18 @@ def build_ngram_tables(wh: TableBuilder, cfg: RunConfig, traces_path: Path) -> N
 def ranks_every_context(wh: Warehouse) -> bool:
     """Does the warehouse's exact_continuations rank every train context? (A build from before
     exact_continuation_scope did.)"""
+    return ranking_settings(wh) is None
+
+
+def ranking_settings(wh: Warehouse) -> dict | None:
+    """The settings a queried exact_continuations was ranked with (draft_len, max_index_positions,
+    max_continuations_per_context); None where it ranks every context."""
     if not wh.has_table("exact_continuation_scope"):
-        return True
-    return wh.query("tables/ranked_contexts").fetchall() == [("all",)]
+        return None
+    (contexts, *settings), = wh.query("tables/ranked_contexts").fetchall()
+    if contexts == "all":
+        return None
+    return dict(zip(("draft_len", "max_index_positions", "max_continuations_per_context"), settings, strict=True))
 
 
 def rank_continuations_here(wh: Warehouse, cfg: RunConfig, top_k: int, wanted: bool = False) -> None:
