@@ -77,8 +77,8 @@ def lookup(warehouse: Path, dataset: str, text: str, cfg: RunConfig) -> list[dic
         built = ranking_settings(wh)
         if built is not None:  # the stored table ranks the eval and calibration contexts only
             wh.register("wanted_contexts", probes)
-            rank_continuations_here(wh, dataclasses.replace(cfg, **built), built["max_continuations_per_context"],
-                                    wanted=True)
+            ranked = dataclasses.replace(cfg, **built)
+            rank_continuations_here(wh, ranked, ranked.max_continuations_per_context, wanted=True)
         for ctx_len, rank, count, draft in wh.query("drafters/lookup_continuations",
                                                     {"draft_len": cfg.draft_len}).fetchall():
             rows.append({"source": f"ngram:{ctx_len} (rank {rank})", "ctx_len": ctx_len, "count": count,

@@ -212,15 +212,18 @@ def ranks_every_context(wh: Warehouse) -> bool:
     return ranking_settings(wh) is None
 
 
+RANKING_SETTINGS = ("draft_len", "max_index_positions", "max_continuations_per_context")
+
+
 def ranking_settings(wh: Warehouse) -> dict | None:
-    """The settings a queried exact_continuations was ranked with (draft_len, max_index_positions,
-    max_continuations_per_context); None where it ranks every context."""
+    """The settings a queried exact_continuations was ranked with (RANKING_SETTINGS, those the
+    table recorded); None where it ranks every context."""
     if not wh.has_table("exact_continuation_scope"):
         return None
-    (contexts, *settings), = wh.query("tables/ranked_contexts").fetchall()
-    if contexts == "all":
+    (row,) = wh.query("tables/ranked_contexts").to_arrow_table().to_pylist()
+    if row.pop("contexts") == "all":
         return None
-    return dict(zip(("draft_len", "max_index_positions", "max_continuations_per_context"), settings, strict=True))
+    return {name: row[name] for name in RANKING_SETTINGS if name in row}
 
 
 def rank_continuations_here(wh: Warehouse, cfg: RunConfig, top_k: int, wanted: bool = False) -> None:
