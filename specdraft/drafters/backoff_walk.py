@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from specdraft.config import RunConfig
 from specdraft.tables.hashing import RowPrefixHashes
-from specdraft.warehouse.connection import DUCKDB_SHARE, Warehouse, size_bytes
+from specdraft.warehouse.connection import Warehouse
 
 PAD = -1
 BYTES_PER_PICK = 20  # a key (8 bytes), its token, count and total (4 each, where they fit)
@@ -62,15 +62,12 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     width = max(lengths) if lengths else 1
     trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
     with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
-        if not len(known):
-            steps = _walk({}, lengths, width, known, matrix, cfg.draft_len)
-        elif LengthPicks.fit_beside(lookups):
+        if len(known) and LengthPicks.fit_beside(lookups):
             picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths}
             wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
-            steps = _walk(picks, lengths, width, known, matrix, cfg.draft_len)
-        else:
-            steps = _walk({ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}, lengths, width, known,
-                          matrix, cfg.draft_len)
+        else:  # (or no walks: none is looked up)
+            picks = {ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}
+        steps = _walk(picks, lengths, width, known, matrix, cfg.draft_len)
     return _as_table(trace_ids, known, *steps)
 
 
@@ -97,7 +94,7 @@ class LengthPicks:
         if wh.memory_limit is None:
             return True
         (picks,), = wh.query("drafters/backoff_pick_count").fetchall()
-        return picks * BYTES_PER_PICK <= size_bytes(wh.memory_limit) * (1 - DUCKDB_SHARE) / 2
+        return wh.fits_beside_duckdb(picks * BYTES_PER_PICK)
 
     @classmethod
     def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:

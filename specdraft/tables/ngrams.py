@@ -89,15 +89,9 @@ def query_lengths(cfg: RunConfig) -> list[int]:
     return sorted({*cfg.context_lengths, *cfg.copy_context_lengths})
 
 
-def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> TrainKeys | None:
-    """The positions and context keys of the selected traces from from_trace_id on: calibration's
-    and eval's at the query lengths (query_position_keys), train's at the table lengths; the hash
-    powers they were made with are dropped. On DuckDB the train keys are returned (TrainKeys, for
-    build_per_length), unless they would not fit in the memory budget beside DuckDB's share
-    (TrainKeys.fit_beside); there, and on Spark, they are the position_keys table (which DuckDB
-    spills past its limit), and None is returned."""
+def _position_params(cfg: RunConfig, from_trace_id: int) -> dict[str, Any]:
     tail = power_params(cfg.draft_len - 1)
-    params = {
+    return {
         "draft_len": cfg.draft_len,
         "from_trace_id": from_trace_id,
         "max_index_positions": cfg.max_index_positions,
@@ -107,17 +101,33 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
         **inverse_params(1),
         **hash_params(),
     }
-    wh.materialize("tables/position_keys", {**params, "train": False, "ctx_len": query_lengths(cfg)},
+
+
+def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> TrainKeys | None:
+    """The positions and context keys of the selected traces from from_trace_id on: calibration's
+    and eval's at the query lengths (query_position_keys), train's at the table lengths
+    (build_train_keys, returned); the hash powers they were made with are dropped."""
+    wh.materialize("tables/position_keys",
+                   {**_position_params(cfg, from_trace_id), "train": False, "ctx_len": query_lengths(cfg)},
                    into="query_position_keys", temp=True)
-    keys = None
+    keys = build_train_keys(wh, cfg, from_trace_id)
+    wh.drop("hash_powers")
+    return keys
+
+
+def build_train_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> TrainKeys | None:
+    """The train positions from from_trace_id on and their keys at the table lengths (hash_powers
+    built). On DuckDB they are returned (TrainKeys, for build_per_length), unless they would not fit
+    in the memory budget beside DuckDB's share (TrainKeys.fit_beside); there, and on Spark, they are
+    the position_keys table (which DuckDB spills past its limit), and None is returned."""
     if isinstance(wh, Warehouse) and TrainKeys.fit_beside(wh, from_trace_id):
         keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
                                from_trace_id)
         trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
-    else:
-        wh.materialize("tables/position_keys", {**params, "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
-    wh.drop("hash_powers")
-    return keys
+        return keys
+    wh.materialize("tables/position_keys",
+                   {**_position_params(cfg, from_trace_id), "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
+    return None
 
 
 COUNT_TABLES = ("exact_continuation_counts", "backoff_next_tokens")  # kept with --keep-counts only
@@ -233,8 +243,8 @@ def rank_continuations_here(wh: Warehouse, cfg: RunConfig, top_k: int, wanted: b
     the wanted_contexts table the caller registered (`specdraft lookup`'s text). For warehouses
     whose own table ranks only the queried contexts (ranks_every_context)."""
     build_hash_powers(wh)
-    keys = build_position_keys(wh, cfg)
-    wh.drop("query_position_keys")
+    keys = build_train_keys(wh, cfg)
+    wh.drop("hash_powers")
     with wh.uncached():
         build_per_length(wh, [("tables/exact_continuations", cfg.context_lengths, {"top_k": top_k})],
                          into=lambda _: "exact_continuations", keys=keys, queried=wanted)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from specdraft.errors import SpecdraftError
 from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, power_params
-from specdraft.warehouse.connection import DUCKDB_SHARE, Warehouse, size_bytes
+from specdraft.warehouse.connection import Warehouse
 
 BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
 # What a train position holds while the keys exist: base (trace_id, pos, token_id: 4 bytes each;
@@ -62,8 +62,7 @@ class TrainKeys:
         if wh.memory_limit is None:
             return True
         (positions,), = wh.query("tables/train_positions", {"from_trace_id": from_trace_id}).fetchall()
-        beside = size_bytes(wh.memory_limit) * (1 - DUCKDB_SHARE)
-        return (positions or 0) * BYTES_PER_POSITION <= beside / 2
+        return wh.fits_beside_duckdb((positions or 0) * BYTES_PER_POSITION)
 
     @classmethod
     def build(cls, wh: Warehouse, draft_len: int, max_index_positions: int, backoff_max_index_positions: int,

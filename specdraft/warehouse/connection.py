@@ -444,6 +444,11 @@ class Warehouse:
             return self.con.execute(statement, bound).fetchall()
         return eval(_EXECUTE, {}, {**tables, "_con": self.con, "_statement": statement, "_bound": bound})
 
+    def fits_beside_duckdb(self, nbytes: int) -> bool:
+        """Do `nbytes` of arrays held outside DuckDB fit in half of what the run's memory budget
+        leaves beside DuckDB's share (DUCKDB_SHARE)? Always, without a budget."""
+        return self.memory_limit is None or nbytes <= size_bytes(self.memory_limit) * (1 - DUCKDB_SHARE) / 2
+
     def register(self, name: str, data: Any) -> None:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""
         self.con.register(quote_identifier(name).strip('"'), data)
