@@ -221,6 +221,9 @@ class ConfidenceChoice:
     features: tuple[str, ...]  # the trees' input columns, in order (policy/confidence.py)
     trees: TreeEnsemble
     curves: AcceptanceCurves | None = None  # the token trees' chances (policy/draft_trees.py)
+    # the families whose drafts branch token trees and multi-draft proposals: the choices and
+    # evidence drafts (families.IN_TREES); a bundle of a run before them: the choices
+    scored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -344,8 +347,10 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
             except SpecdraftError as exc:
                 raise SpecdraftError(f"{trees_path}: {exc}") from exc
             curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
-            return ConfidenceChoice(tuple(str(c) for c in data["choices"]), tuple(data["features"]), ensemble,
-                                    None if curves is None else AcceptanceCurves.from_dict(curves))
+            choices = tuple(str(c) for c in data["choices"])
+            return ConfidenceChoice(choices, tuple(data["features"]), ensemble,
+                                    None if curves is None else AcceptanceCurves.from_dict(curves),
+                                    tuple(str(c) for c in data.get("scored", choices)))
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

@@ -241,7 +241,7 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
 
 
 def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
-    """The selectable candidates' indexes and their feature matrix (candidate_features.sql, in
+    """The indexes of the candidates of the `choices` families and their feature matrix (candidate_features.sql, in
     feature_columns() order) over the whole set at the position, which is sorted by
     Candidate.key(). The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
     each level summed from the distinct keys of the one above."""

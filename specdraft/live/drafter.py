@@ -93,12 +93,14 @@ class Drafter:
         self.backoff_plan = bundle.backoff.plan(self.backoff_lengths)
         self.backoff_place = {ctx_len: i for i, (ctx_len, *_) in enumerate(self.backoff_plan)}  # longest first
         self.choices: frozenset[int] | None = None  # --preset default: the families it may choose
+        self.scored: frozenset[int] | None = None  # and the families that branch its token trees
         if isinstance(self.policy, ConfidenceChoice):
             features = list(self.policy.features)
             if features != list(feature_columns()):
                 raise SpecdraftError(f"{bundle.root / 'policy.json'}: the model reads features {features}; "
                                      f"this specdraft computes {list(feature_columns())}")
             self.choices = frozenset(families.ORDER[name] for name in self.policy.choices)
+            self.scored = frozenset(families.ORDER[name] for name in self.policy.scored)
             # the lengths the warehouse keys (query_context_keys.sql): n-gram and copy lengths
             self.recent_lengths = [(n, keys.power(n)) for n in sorted(set(cfg.context_lengths)
                                                                       | set(cfg.copy_context_lengths))]
@@ -260,9 +262,9 @@ class Session:
 
     def _best_distinct(self, k: int) -> list[tuple[list[int], float]]:
         """The k best distinct drafts and their scores, best first (ties in family order; of a
-        draft proposed twice, its best-scored copy)."""
+        draft proposed twice, its best-scored copy), among the choices and evidence drafts."""
         candidates = self._candidates()
-        picked, scores = self._scores(candidates)
+        picked, scores = self._scores(candidates, trees=True)
         order = sorted(range(len(picked)), key=lambda i: (-scores[i], i))
         best: list[tuple[list[int], float]] = []
         for i in order:
@@ -317,12 +319,14 @@ class Session:
         out.sort(key=Candidate.key)
         return out
 
-    def _scores(self, candidates: list[Candidate]) -> tuple[list[int], list[float]]:
-        """The candidates the policy may choose (their indexes) and its score of each."""
+    def _scores(self, candidates: list[Candidate], trees: bool = False) -> tuple[list[int], list[float]]:
+        """The candidates the policy may choose (their indexes) and its score of each; trees=True:
+        those that branch token trees and multi-draft proposals (the choices and evidence drafts)."""
         drafter = self.drafter
         if drafter.choices is None:
             return list(range(len(candidates))), policy_scores(candidates, drafter.policy)
-        picked, matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, drafter.choices)
+        families = drafter.scored if trees else drafter.choices
+        picked, matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, families)
         if not picked:
             return [], []
         return picked, drafter.policy.trees.raw_predict_checked(matrix).tolist()

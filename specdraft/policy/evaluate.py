@@ -259,34 +259,48 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     all_accepted = everything.column("accepted").to_numpy().astype(np.int64)
     all_flat = offsets[np.searchsorted(eval_trace_ids, everything.column("trace_id").to_numpy())]
     all_flat = all_flat + everything.column("completion_pos").to_numpy().astype(np.int64)
-    all_family = everything.column("family").to_numpy(zero_copy_only=False)
+    # each draft's family as a code into `names`, in order of first appearance (no Python string
+    # per draft: the eval split has about a million)
+    family = everything.column("family").combine_chunks().dictionary_encode()
+    names = family.dictionary.to_pylist()
+    all_family = family.indices.to_numpy(zero_copy_only=False)
     chosen_from = [f for f in families.SELECTABLE if f not in exclude_families]
-    choice_rows = np.flatnonzero(np.isin(all_family, chosen_from))
-    choices = everything.take(pa.array(choice_rows))
-    predicted, accepted, flat = all_predicted[choice_rows], all_accepted[choice_rows], all_flat[choice_rows]
-    starts = run_starts(flat)
+    # the drafts the model scores: the choices, and the evidence drafts that only branch the token
+    # trees and multi-draft proposals (families.IN_TREES)
+    scored_from = [f for f in families.IN_TREES if f not in exclude_families]
+    scored_rows = np.flatnonzero(np.isin(all_family, [i for i, name in enumerate(names) if name in scored_from]))
+    scored = everything.select(["trace_id", "pos", "source", "ctx_len", "draft_key"]).take(pa.array(scored_rows))
+    predicted, accepted, flat = all_predicted[scored_rows], all_accepted[scored_rows], all_flat[scored_rows]
+    chosen_codes = [i for i, name in enumerate(names) if name in chosen_from]
+    choice = np.flatnonzero(np.isin(all_family[scored_rows], chosen_codes))  # rows of `scored`
+    starts = run_starts(flat[choice])
     selected = np.zeros(n_positions, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
     multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
     chosen_source = np.full(n_positions, None, dtype=object)
     chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
-        picks = _pick(predicted, starts)
+        picks = choice[_pick(predicted[choice], starts)]
         selected[flat[picks]] = accepted[picks]
-        oracle[flat[starts]] = np.maximum.reduceat(accepted, starts)
-        chosen_source[flat[picks]] = choices.column("source").to_numpy(zero_copy_only=False)[picks]
-        chosen_ctx[flat[picks]] = choices.column("ctx_len").to_numpy()[picks]
-        draft_keys = choices.column("draft_key").to_numpy()
+        oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
+        chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
+        chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
+        draft_keys = scored.column("draft_key").to_numpy()
         for k in MULTI_DRAFT:
             multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
+        # the most any draft the trees choose from gets: what an unbounded tree would
+        every = run_starts(flat)
+        multi["all_drafts"] = np.zeros(n_positions, dtype=np.int64)
+        multi["all_drafts"][flat[every]] = np.maximum.reduceat(accepted, every)
         # each token tree from the position's TREE_DRAFTS best distinct drafts, best first
         tree_rows = top_distinct(predicted, flat, draft_keys, TREE_DRAFTS)
-        tree_keys = (choices.column("trace_id").to_numpy()[tree_rows], choices.column("pos").to_numpy()[tree_rows])
-    del choices  # the features are not read again: the trees' tokens take their place
+        wanted = np.concatenate([tree_rows, picks])  # the trees' drafts, then the chosen ones
+        wanted_keys = (scored.column("trace_id").to_numpy()[wanted], scored.column("pos").to_numpy()[wanted])
+    del scored  # the features are not read again: the trees' tokens take their place
     per_source, proposed = {}, {}
-    for name in dict.fromkeys(all_family.tolist()):
+    for code, name in enumerate(names):  # the dictionary lists them in order of first appearance
         # the source alone: its own best-scored draft at each position where it has one
-        rows = np.flatnonzero(all_family == name)
+        rows = np.flatnonzero(all_family == code)
         own_starts = run_starts(all_flat[rows])
         own_picks = rows[_pick(all_predicted[rows], own_starts)]
         alone = np.zeros(n_positions, dtype=np.int64)
@@ -296,23 +310,22 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     del everything
     draft_length, trees = None, None
     if len(starts) and policy.curves is not None:
-        drafts = _eval_drafts(wh, chosen_from, choice_rows, tree_rows, *tree_keys)
+        wanted_drafts = _eval_drafts(wh, scored_from, scored_rows, wanted, *wanted_keys)
+        drafts, chosen_drafts = wanted_drafts[: len(tree_rows)], wanted_drafts[len(tree_rows):]
         held = tree_holdings(policy.curves, predicted[tree_rows], flat[tree_rows], drafts, TREE_BUDGETS)
         for budget, values in held.items():
             multi[f"tree_b{budget}"] = tree_accepted(accepted[tree_rows], flat[tree_rows], values, n_positions)
         tree_starts = run_starts(flat[tree_rows])
         trees = pa.table({
-            "trace_id": tree_keys[0],
-            "pos": tree_keys[1],
+            "trace_id": wanted_keys[0][: len(tree_rows)],
+            "pos": wanted_keys[1][: len(tree_rows)],
             "rank": rank_in_runs(tree_starts, len(tree_rows)),
             "draft": drafts,
             **{f"held_b{budget}": values for budget, values in held.items()},
         })
-        # the chosen draft is each position's first tree row (its best distinct draft)
-        first = tree_rows[tree_starts]
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
-        chosen_raw[flat[first]] = predicted[first]
-        chosen_len[flat[first]] = pc.list_value_length(drafts).to_numpy()[tree_starts]
+        chosen_raw[flat[picks]] = predicted[picks]
+        chosen_len[flat[picks]] = pc.list_value_length(chosen_drafts).to_numpy()
         draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets, cfg.verify_cost)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
@@ -322,13 +335,13 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
                       trees)
 
 
-def _eval_drafts(wh: Warehouse, chosen_from: list[str], choice_rows: np.ndarray, rows: np.ndarray,
+def _eval_drafts(wh: Warehouse, scored_from: list[str], scored_rows: np.ndarray, rows: np.ndarray,
                  trace_ids: np.ndarray, positions: np.ndarray) -> pa.ListArray:
-    """The tokens of the chosen-from eval drafts at `rows` (of choice_rows, eval_features' rows of
-    the chosen-from families), checked to be those drafts'."""
-    drafts = wh.query("policy/eval_drafts", {"families": chosen_from}).to_arrow_table()
-    if drafts.num_rows != len(choice_rows):
-        raise SpecdraftError(f"eval_drafts.sql lists {drafts.num_rows} drafts, eval_features.sql {len(choice_rows)}")
+    """The tokens of the scored eval drafts at `rows` (of scored_rows, eval_features' rows of the
+    scored families), checked to be those drafts'."""
+    drafts = wh.query("policy/eval_drafts", {"families": scored_from}).to_arrow_table()
+    if drafts.num_rows != len(scored_rows):
+        raise SpecdraftError(f"eval_drafts.sql lists {drafts.num_rows} drafts, eval_features.sql {len(scored_rows)}")
     drafts = drafts.take(pa.array(rows))
     if not (np.array_equal(drafts.column("trace_id").to_numpy(), trace_ids)
             and np.array_equal(drafts.column("pos").to_numpy(), positions)):

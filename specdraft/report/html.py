@@ -138,7 +138,8 @@ def _multi_draft_section(results: dict) -> str:
                    f"<tr><td>{escape(name)}</td><td>{s['avg_accepted']:.3f}</td><td></td></tr>"
                    for name, s in multi.items())
     return ("<h2>Several drafts verified at once</h2><p>top<i>k</i>: the best of the <i>k</i> best-scored "
-            "distinct drafts; tree_b<i>B</i>: a token tree of at most <i>B</i> tokens.</p>"
+            "distinct drafts; tree_b<i>B</i>: a token tree of at most <i>B</i> tokens; all_drafts: the best "
+            "of every draft they choose from (the selectable ones and the evidence drafts).</p>"
             '<table id="multi-draft"><tr><th>drafts</th><th>every position</th><th>decode step</th></tr>'
             f"{rows}</table>\n")
 
