@@ -241,6 +241,9 @@ def _until(last: str, warehouse, memory_limit, debug, kwargs):
 def ingest(warehouse, memory_limit, debug, append, **kwargs) -> None:
     """Stages 1-3: read traces, tokenize them, write the dataset's traces Parquet (prints its path).
 
+    Only the rows --train-limit, --calibration-limit and --eval-limit select are tokenized (all by
+    default); a later run that selects more tokenizes the rest it needs.
+
     With --append, add traces to a dataset already ingested; later commands with --name (and no
     --data, or the original --data) use the dataset with its appended traces.
     """
