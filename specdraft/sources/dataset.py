@@ -62,7 +62,7 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
         register_dataset(wh, name, path, meta, tokenizer)
         return path, meta
     if not covers(meta.get("tokenized"), limits):
-        meta = tokenize_more(path, tokenizer, limits)  # the file's version, and so the catalog's row, unchanged
+        meta = tokenize_more(path, meta, tokenizer, limits)  # the file's version, and so the catalog's row, unchanged
     if not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
         catch_up(wh, name, path, meta, tokenizer)  # written, then killed before the catalog's commit
     return path, meta

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from specdraft.errors import SpecdraftError
 from specdraft.files import atomic_path
+from specdraft.sources.ingest import SPLITS
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import quote_identifier
 
@@ -53,7 +54,6 @@ def read_metadata(path: Path) -> dict:
     return json.loads(meta[METADATA_KEY])
 
 
-SPLITS = ("train", "calibration", "eval")
 EVERY_ROW = dict.fromkeys(SPLITS, 0)  # limits that select every row of every split
 
 
@@ -142,21 +142,19 @@ def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str,
     return path
 
 
-def tokenize_more(path: Path, tokenizer: Tokenizer, limits: dict[str, int]) -> dict:
-    """Tokenize the rows `limits` select that the traces file lacks (null token lists) and rewrite
-    it atomically, every stored id unchanged; return its new metadata. The caller has checked
-    that `tokenizer` is the file's."""
-    meta = read_metadata(path)
+def tokenize_more(path: Path, meta: dict, tokenizer: Tokenizer, limits: dict[str, int]) -> dict:
+    """Tokenize the rows `limits` select that the traces file (its metadata: `meta`) lacks (null
+    token lists) and rewrite it atomically, every stored id unchanged; return its new metadata.
+    The caller has checked that `tokenizer` is the file's."""
+    import pyarrow.compute as pc
+
     wanted = widest(meta["tokenized"], limits)
     table = pq.read_table(path)
     missing = _selected(table, wanted) & table.column("completion_tokens").is_null().to_numpy(zero_copy_only=False)
     for column, text in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
-        stored = table.column(column).combine_chunks()
-        added = tokenizer.encode_to_arrow(table.column(text).filter(pa.array(missing)).to_pylist())
-        index = np.arange(table.num_rows, dtype=np.int64)
-        index[missing] = len(stored) + np.arange(len(added))
-        merged = pa.concat_arrays([stored, added.cast(stored.type)]).take(pa.array(index))
-        table = table.set_column(table.schema.get_field_index(column), column, merged)
+        stored = table.column(column)
+        added = _encode_where(table.column(text), missing, tokenizer).cast(stored.type)
+        table = table.set_column(table.schema.get_field_index(column), column, pc.coalesce(stored, added))
     meta = {**meta, "tokenized": wanted}
     if wanted == EVERY_ROW:
         del meta["tokenized"]
