@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import RunConfig
-from specdraft.tables.hashing import RowPrefixHashes
+from specdraft.tables.hashing import RowPrefixHashes, key_order
 from specdraft.warehouse.connection import Warehouse
 
 PAD = -1
-BYTES_PER_PICK = 20  # a key (8 bytes), its token, count and total (4 each, where they fit)
+BYTES_PER_PICK = 24  # a key (8 bytes), its row, token, count and total (4 each, where they fit)
 
 
 def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,12 +76,13 @@ Found = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # found (a mask);
 
 @dataclass(frozen=True)
 class LengthPicks:
-    """backoff_top_tokens at one context length, sorted by key: a lookup is a binary search.
+    """backoff_top_tokens at one context length, its keys sorted: a lookup is a binary search.
     Searching the 8 lengths' 10.1M picks of the development set this way took the walk from 4.2 s
     (a join against the table per step, each a scan of all of it) to 2.6 s (reading 1.5 s), for the
     same drafts. Where the picks would not fit beside DuckDB (fit_beside), TablePicks joins."""
 
     keys: np.ndarray  # ctx_hash, ascending
+    rows: np.ndarray  # where each key's pick is in the columns below (as read)
     token_id: np.ndarray
     count: np.ndarray
     total: np.ndarray
@@ -89,8 +90,8 @@ class LengthPicks:
     @staticmethod
     def fit_beside(wh: Warehouse) -> bool:
         """Do all lengths' picks, BYTES_PER_PICK each, fit in half of what the run's memory budget
-        leaves beside DuckDB's share? (The development set's 10.1M: 202 MB; 200,000 synthetic
-        traces' 133M would take 2.7 GB.)"""
+        leaves beside DuckDB's share? (The development set's 10.1M: 242 MB; 200,000 synthetic
+        traces' 133M would take 3.2 GB.)"""
         if wh.memory_limit is None:
             return True
         (picks,), = wh.query("drafters/backoff_pick_count").fetchall()
@@ -98,21 +99,26 @@ class LengthPicks:
 
     @classmethod
     def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:
-        rows = wh.query("drafters/backoff_length_picks", {"ctx_len": ctx_len}).fetchnumpy()
-        return cls(*(_narrow(np.asarray(rows[name])) for name in ("ctx_hash", "token_id", "count", "total")))
+        """One length's picks as read, and their keys sorted here with where each came from
+        (key_order and one gather: DuckDB's ORDER BY took 1.2 s of the development set's 1.4 s
+        read, and moving every column into key order another 0.3 s)."""
+        picks = wh.query("drafters/backoff_length_picks", {"ctx_len": ctx_len}).fetchnumpy()
+        keys = np.asarray(picks["ctx_hash"])
+        rows = key_order(keys)
+        return cls(keys[rows], _narrow(rows), *(_narrow(np.asarray(picks[name])) for name in ("token_id", "count", "total")))
 
     def find(self, keys: np.ndarray) -> Found:
         """Which of `keys` have a pick, and the picks of those that do."""
         # searched in key order, each search starting where the last one ended: for the walk's
         # 100,000-odd keys a step, 4x faster than in row order (random reads of the picks)
-        order = np.argsort(keys)
+        order = key_order(keys)
         at = np.empty(len(keys), dtype=np.int64)
         at[order] = np.searchsorted(self.keys, keys[order])
         inside = at < len(self.keys)
         found = np.zeros(len(keys), dtype=bool)
         found[inside] = self.keys[at[inside]] == keys[inside]
-        at = at[found]
-        return found, self.token_id[at], self.count[at], self.total[at]
+        rows = self.rows[at[found]]
+        return found, self.token_id[rows], self.count[rows], self.total[rows]
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,30 @@ class RowPrefixHashes:
         w1 = (self.h1[rows, stop] - self.h1[rows, start] * pow(B1, length, P1) % P1) % P1
         w2 = (self.h2[rows, stop] - self.h2[rows, start] * pow(B2, length, P2) % P2) % P2
         return w1 * SHIFT + w2
+
+
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") for non-negative int64 keys, 3-4x faster where the keys
+    are spread like the context keys: each key's top bits and its row number are packed into one
+    int64 and sorted by value (np.sort, vectorised; an argsort moves indexes with every compare).
+    Rows whose kept top bits tie, which np.sort left in row order, are then sorted by the whole
+    key. On the 1.3M backoff picks of one length: 45 ms against 135 ms."""
+    n = len(keys)
+    if n < 2 or keys.dtype != np.int64 or keys.min() < 0:
+        return np.argsort(keys, kind="stable")
+    row_bits = (n - 1).bit_length()
+    drop = max(0, int(keys.max()).bit_length() + row_bits - 63)  # low key bits that do not fit
+    packed = (keys >> drop) << row_bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    order = packed & ((1 << row_bits) - 1)
+    if drop:
+        top = packed >> row_bits
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] = top[1:] == top[:-1]
+        tied[:-1] |= tied[1:].copy()
+        at = np.flatnonzero(tied)
+        if len(at):  # within a run of tied top bits, by the whole key (then row: stable)
+            rows = order[at]
+            order[at] = rows[np.lexsort((rows, keys[rows], top[at]))]
+    return order
