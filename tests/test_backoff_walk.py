@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from specdraft.config import RunConfig
 from specdraft.drafters.backoff_walk import LengthPicks, TablePicks, backoff_candidates
 from specdraft.drafters.candidates import build_query_positions
-from specdraft.tables.hashing import key_order
 from specdraft.tables.ngrams import build_ngram_tables
 from specdraft.warehouse.connection import Warehouse
 
@@ -86,20 +85,3 @@ def test_walk_climbs_back_to_long_contexts(tmp_path, joins):
     assert climbs, "no walk climbed back: the case does not exercise the bound"
     assert np.mean([len(d) for d, _ in want.values()]) > 1
 
-
-@settings(max_examples=200, deadline=None, derandomize=True)
-@given(keys=st.lists(st.tuples(st.sampled_from([0, 1, 2**20, 2**61, 2**62 - 2**12]), st.integers(0, 2**12 - 1)),
-                     max_size=300))
-def test_key_order_is_a_stable_argsort(keys):
-    """key_order (the walk sorts its picks and probes with it) equals numpy's stable argsort:
-    keys that differ only in the low bits the packing drops (left in row order by the packed
-    sort), equal keys, few rows."""
-    keys = np.array([high + low for high, low in keys], dtype=np.int64)
-    assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
-
-
-def test_key_order_on_spread_keys():
-    keys = np.random.default_rng(0).integers(0, 2**62, 300_000, dtype=np.int64)
-    keys[::7] = keys[3]  # duplicates, kept in row order
-    keys[1000:1100] = 2**61 + np.arange(100)[::-1]  # equal but for the low bits the packing drops, descending
-    assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))

@@ -160,7 +160,7 @@ def _sorted(rows: pa.Table, values: tuple[str, ...]) -> tuple[np.ndarray, pa.Tab
     """Live keys, the rows sorted by (ctx_len, key), the narrowest integer column types."""
     ctx_lens = rows.column("ctx_len").to_numpy()
     live = keys.live_keys(rows.column("ctx_hash").to_numpy())
-    order = np.lexsort((live, ctx_lens))
+    order = hashing.length_key_order(ctx_lens, live)
     columns = {"key": live[order]}
     for name in values:
         columns[name] = _narrow(rows.column(name).to_numpy()[order])

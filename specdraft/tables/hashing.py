@@ -111,3 +111,15 @@ def key_order(keys: np.ndarray) -> np.ndarray:
             rows = order[at]
             order[at] = rows[np.lexsort((rows, keys[rows], top[at]))]
     return order
+
+
+def length_key_order(ctx_lens: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """np.lexsort((keys, ctx_lens)): rows by context length, then key (stable), each length's
+    rows ordered with key_order. For the bundle's 10-20M rows of a dozen lengths, about 8x faster
+    than lexsort."""
+    ctx_lens = np.asarray(ctx_lens)
+    parts = []
+    for ctx_len in np.unique(ctx_lens):
+        rows = np.flatnonzero(ctx_lens == ctx_len)
+        parts.append(rows[key_order(keys[rows])])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

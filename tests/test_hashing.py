@@ -1,0 +1,37 @@
+"""Sorting context keys: key_order and length_key_order equal numpy's stable argsort and lexsort
+(the backoff walk sorts its picks and probes with key_order, export its tables with
+length_key_order)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdraft.tables.hashing import key_order, length_key_order
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(keys=st.lists(st.tuples(st.sampled_from([0, 1, 2**20, 2**61, 2**62 - 2**12]), st.integers(0, 2**12 - 1)),
+                     max_size=300))
+def test_key_order_is_a_stable_argsort(keys):
+    """Keys that differ only in the low bits the packing drops (left in row order by the packed
+    sort), equal keys, few rows."""
+    keys = np.array([high + low for high, low in keys], dtype=np.int64)
+    assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
+
+
+def test_key_order_on_spread_keys():
+    keys = np.random.default_rng(0).integers(0, 2**62, 300_000, dtype=np.int64)
+    keys[::7] = keys[3]  # duplicates, kept in row order
+    keys[1000:1100] = 2**61 + np.arange(100)[::-1]  # equal but for the low bits the packing drops, descending
+    assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(rows=st.lists(st.tuples(st.sampled_from([1, 4, 48]), st.sampled_from([0, 2**61, 2**62 - 2**12]),
+                               st.integers(0, 2**12 - 1)), max_size=200))
+def test_length_key_order_is_lexsort(rows):
+    ctx_lens = np.array([ctx_len for ctx_len, _, _ in rows], dtype=np.int32)
+    keys = np.array([high + low for _, high, low in rows], dtype=np.int64)
+    assert np.array_equal(length_key_order(ctx_lens, keys), np.lexsort((keys, ctx_lens)))
