@@ -285,15 +285,15 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
         chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
         chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
-        draft_keys = scored.column("draft_key").to_numpy()
+        ranked = distinct_ranks(predicted, flat, scored.column("draft_key").to_numpy())
         for k in MULTI_DRAFT:
-            multi[f"top{k}"] = _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions)
+            multi[f"top{k}"] = _best_of_top(ranked, accepted, flat, k, n_positions)
         # the most any draft the trees choose from gets: what an unbounded tree would
         every = run_starts(flat)
         multi["all_drafts"] = np.zeros(n_positions, dtype=np.int64)
         multi["all_drafts"][flat[every]] = np.maximum.reduceat(accepted, every)
         # each token tree from the position's TREE_DRAFTS best distinct drafts, best first
-        tree_rows = top_distinct(predicted, flat, draft_keys, TREE_DRAFTS)
+        tree_rows = top_distinct(ranked, TREE_DRAFTS)
         wanted = np.concatenate([tree_rows, picks])  # the trees' drafts, then the chosen ones
         wanted_keys = (scored.column("trace_id").to_numpy()[wanted], scored.column("pos").to_numpy()[wanted])
     del scored  # the features are not read again: the trees' tokens take their place
@@ -354,28 +354,37 @@ def eval_features(wh: Warehouse) -> pa.Table:
     return wh.query("policy/eval_features").to_arrow_table()
 
 
-def _best_of_top(predicted, accepted, flat, draft_keys, k, n_positions) -> np.ndarray:
+def _best_of_top(ranked, accepted, flat, k, n_positions) -> np.ndarray:
     """Best accepted among the k highest-scored distinct drafts at each position, as a tree
-    verifier checking k drafts at once would get. Rows are grouped by flat position."""
-    top = top_distinct(predicted, flat, draft_keys, k)
+    verifier checking k drafts at once would get (ranked: distinct_ranks)."""
+    top = top_distinct(ranked, k)
     best = np.zeros(n_positions, dtype=np.int64)
     np.maximum.at(best, flat[top], accepted[top])
     return best
 
 
-def top_distinct(predicted, flat, draft_keys, k) -> np.ndarray:
-    """The rows of the k highest-scored distinct drafts at each position, by position and then
-    best first (ties to the earlier row; of a draft proposed twice, its best-scored copy): the
-    live drafter's propose_many(k). Rows are grouped by flat position."""
+def distinct_ranks(predicted, flat, draft_keys) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct drafts at each position, best-scored first (ties to the earlier row; of a
+    draft proposed twice, its best-scored copy), as rows by position, and each one's rank at its
+    position: what top_distinct keeps the first k of. Rows are grouped by flat position."""
     order = np.lexsort((-predicted, flat))
     flat_sorted, keys_sorted = flat[order], draft_keys[order]
-    # drop repeats of a draft at a position (keep the best-scored copy)
-    by_draft = np.lexsort((np.arange(len(order)), keys_sorted, flat_sorted))
+    # drop repeats of a draft at a position (keep the best-scored copy: lexsort is stable, so a
+    # draft's copies stay best first)
+    by_draft = np.lexsort((keys_sorted, flat_sorted))
     repeat = np.zeros(len(order), dtype=bool)
     same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
     repeat[by_draft[1:][same]] = True
     kept = order[~repeat]
-    return kept[rank_in_runs(run_starts(flat[kept]), len(kept)) < k]
+    return kept, rank_in_runs(run_starts(flat[kept]), len(kept))
+
+
+def top_distinct(ranked: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    """The rows of the k highest-scored distinct drafts at each position, by position and then
+    best first (ranked: distinct_ranks, computed once for every k): the live drafter's
+    propose_many(k)."""
+    kept, rank = ranked
+    return kept[rank < k]
 
 
 def decode_walk_from_choices(selected: np.ndarray, offsets: np.ndarray, draft_len: int) -> np.ndarray:
