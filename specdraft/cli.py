@@ -589,6 +589,10 @@ def _scales(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--backoff-max-index-positions", type=int, default=None,
               help="Seed flag passed to both sides (default 4000000; with --cost-curve, 0 = all).")
 @click.option("--memory-limit", default=None, help="specdraft's --memory-limit (default: its default).")
+@click.option("--peer", "peer", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Also run specdraft --preset default and the peer, SuffixDecoding's C++ drafter, from this "
+                   "directory (what ../shared/tools/peer/build_peer.sh builds, e.g. ../peer-build), and print "
+                   "the ratios against it.")
 @click.option("--cost-curve", is_flag=True,
               help="Instead of the comparison: specdraft alone at --base-rows x each of --scales train "
                    "rows, each cold, the index uncapped; prints time and memory against indexed positions.")
@@ -603,14 +607,16 @@ def _scales(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def bench(data, reference, memory_limit, cost_curve, base_rows, scales, preset, out, as_json, debug,
+def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, preset, out, as_json, debug,
           **flags) -> None:
     """Time the seed reference and specdraft on the same data (cold), and print the ratios.
 
     Both run as separate processes; wall time and peak resident memory are measured for each,
     the histograms are compared for parity, and specdraft's stages are listed with their wall
-    time and peak memory. With --cost-curve, specdraft runs alone at growing train sizes and the
-    growth of its time and memory is set against the growth of the indexed positions.
+    time and peak memory. With --peer, specdraft's default preset and SuffixDecoding run too, and
+    both presets are set against the peer. With --cost-curve, specdraft runs alone at growing
+    train sizes and the growth of its time and memory is set against the growth of the indexed
+    positions.
     """
     import json
 
@@ -619,6 +625,8 @@ def bench(data, reference, memory_limit, cost_curve, base_rows, scales, preset, 
     ctx = click.get_current_context()
     curve_only = [name for name in ("base_rows", "scales", "preset", "out")
                   if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if cost_curve and peer:
+        raise click.UsageError("--peer is for the comparison, not --cost-curve")
     if cost_curve:
         train_limit = flags.pop("train_limit")
         if base_rows and train_limit:
@@ -640,7 +648,7 @@ def bench(data, reference, memory_limit, cost_curve, base_rows, scales, preset, 
     reference = Path(reference) if reference else benchmark.DEFAULT_REFERENCE
     if not reference.exists():
         raise SpecdraftError(f"{reference}: reference script not found; pass --reference")
-    result = benchmark.run_bench(Path(data), flags, reference, memory_limit)
+    result = benchmark.run_bench(Path(data), flags, reference, memory_limit, Path(peer) if peer else None)
     click.echo(json.dumps(result, indent=2) if as_json else benchmark.format_bench(result))
 
 if __name__ == "__main__":

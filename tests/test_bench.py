@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from specdraft.cli import main
-from specdraft.measure.bench import DEFAULT_REFERENCE, format_stages
+from specdraft.measure.bench import DEFAULT_PEER_BUILD, DEFAULT_REFERENCE, format_stages
 from specdraft.measure.timer import RssSampler, StageTimer, current_rss_bytes, peak_rss_bytes
 from specdraft.pipeline import TIMED_STAGES as STAGES
 
@@ -259,3 +259,27 @@ def test_comparison_prints_stages_and_parity():
     ours = bench["specdraft"]
     assert set(STAGES) <= set(ours["stages_peak_rss_bytes"]) and "total" in ours["stages_s"]
     assert ours["peak_rss_bytes"] >= max(ours["stages_peak_rss_bytes"].values())
+
+
+@pytest.mark.skipif(not (DEFAULT_REFERENCE.exists() and (DEFAULT_PEER_BUILD / "venv").exists()),
+                    reason="needs ../shared/tools/ and the peer built in ../peer-build (build_peer.sh)")
+def test_comparison_with_the_peer(tmp_path):
+    """--peer runs the default preset and SuffixDecoding on the same data and limits: every side
+    scores the same eval positions (the response cut reached the peer), and the default preset's
+    figures are those of a run of it."""
+    result = run(["bench", "--data", str(FIXTURE), "--max-index-positions", "5000",
+                  "--backoff-max-index-positions", "6000", "--peer", str(DEFAULT_PEER_BUILD), "--json", *FIXTURE_FLAGS])
+    assert result.exit_code == 0, result.stderr
+    bench = json.loads(result.stdout)
+    sides = [bench[name] for name in ("reference", "specdraft", "specdraft_default", "peer")]
+    assert len({side["positions"] for side in sides}) == 1
+    assert 0 < bench["peer"]["avg_accepted"] <= 16 and bench["peer"]["config"] == "d96_f16_p0"
+    out = tmp_path / "out"
+    assert run(["run", "--data", str(FIXTURE), "--warehouse", str(tmp_path / "wh"), "--out", str(out),
+                "--max-index-positions", "5000", "--backoff-max-index-positions", "6000", *FIXTURE_FLAGS]).exit_code == 0
+    ours = json.loads((out / "results.json").read_text())
+    assert bench["specdraft_default"]["avg_accepted"] == ours["selected"]["avg_accepted"]
+    assert bench["specdraft_default"]["decode_step"] == ours["decode_step"]["avg_accepted"]
+    text = run(["bench", "--data", str(FIXTURE), "--peer", str(DEFAULT_PEER_BUILD), "--cost-curve",
+                "--base-rows", "10"])
+    assert text.exit_code != 0 and "--peer is for the comparison" in text.output

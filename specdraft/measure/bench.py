@@ -31,6 +31,12 @@ from specdraft.progress import say
 from specdraft.report.charts import text_table
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "reference_metrics.py"
+# The peer, SuffixDecoding (arctic-inference's C++ suffix trees), scored with the seed's protocol:
+# its script, the directory its build_peer.sh makes (venv/ and pkg/), and its best setting for
+# 16-token drafts (the script's README)
+DEFAULT_PEER_SCRIPT = DEFAULT_REFERENCE.parent / "peer" / "peer_suffix.py"
+DEFAULT_PEER_BUILD = DEFAULT_REFERENCE.parents[2] / "peer-build"
+PEER_CONFIG = "d96_f16_p0"
 GIB = 1024**3
 
 
@@ -75,8 +81,43 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
     return run, results
 
 
-def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str | None) -> dict:
-    ours_run, ours = run_specdraft(data, seed_flags, memory_limit)  # first: see the module docstring
+def run_peer(data: Path, flags: dict, build: Path, script: Path = DEFAULT_PEER_SCRIPT) -> tuple[dict, dict]:
+    """SuffixDecoding cold, in its own process, on the same data and the limits it takes (train,
+    eval, response cut; it indexes every train token): (measurement, its JSON)."""
+    python = build / "venv" / "bin" / "python"
+    for needed in (python, build / "pkg", script):
+        if not needed.exists():
+            raise SpecdraftError(f"{needed}: not found; build the peer with ../shared/tools/peer/build_peer.sh "
+                                 "and pass its directory as --peer")
+    with tempfile.TemporaryDirectory(prefix="specdraft-peer-") as tmp:
+        out = Path(tmp) / "peer.json"
+        run = measure([str(python), str(script), str(data), "--dataset-name", data.stem, "--config", PEER_CONFIG,
+                       "--train-limit", str(flags.get("train_limit", 0)), "--eval-limit", str(flags.get("eval_limit", 0)),
+                       "--max-completion-tokens", str(flags.get("max_completion_tokens", 512)),
+                       "--pkg-dir", str(build / "pkg"), "--out", str(out)])
+        if run["returncode"] != 0:
+            raise SpecdraftError(f"the peer failed:\n{run['stderr']}")
+        return run, json.loads(out.read_text())
+
+
+def _side(run: dict, every: dict, decode: dict, **more) -> dict:
+    return {"wall_s": run["wall_s"], "peak_rss_bytes": run["peak_rss_bytes"], "avg_accepted": every["avg_accepted"],
+            "positions": every["positions"], "decode_step": decode["avg_accepted"], **more}
+
+
+def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str | None,
+              peer: Path | None = None) -> dict:
+    """specdraft --preset seed against the reference; with `peer` (the peer's build directory)
+    also specdraft --preset default and SuffixDecoding, every program cold, specdraft first (see
+    the module docstring)."""
+    ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
+    result = {"data": str(data), "flags": seed_flags}
+    if peer is not None:
+        default_run, default = run_specdraft(data, seed_flags, memory_limit, preset="default")
+        peer_run, suffix = run_peer(data, seed_flags, peer)
+        result["specdraft_default"] = _side(default_run, default["selected"], default["decode_step"],
+                                            stages_s=default["timings_s"])
+        result["peer"] = _side(peer_run, suffix["every_position"], suffix["decode_step"], config=PEER_CONFIG)
     reference_run = measure([sys.executable, str(reference), str(data), *_flags(seed_flags)])
     if reference_run["returncode"] != 0:
         raise SpecdraftError(f"reference failed:\n{reference_run['stderr']}")
@@ -87,18 +128,13 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
         == {int(k): v for k, v in theirs[ref_key]["histogram"].items()}
         for ours_key, ref_key in pairs
     }
-    return {
-        "data": str(data),
-        "flags": seed_flags,
-        "reference": {"wall_s": reference_run["wall_s"], "peak_rss_bytes": reference_run["peak_rss_bytes"],
-                      "avg_accepted": theirs["every_position"]["avg_accepted"]},
-        "specdraft": {"wall_s": ours_run["wall_s"], "peak_rss_bytes": ours_run["peak_rss_bytes"],
-                      "avg_accepted": ours["selected"]["avg_accepted"], "stages_s": ours["timings_s"],
-                      "stages_peak_rss_bytes": ours.get("peak_rss_bytes_by_stage", {})},
-        "speedup": reference_run["wall_s"] / ours_run["wall_s"],
-        "memory_ratio": ours_run["peak_rss_bytes"] / reference_run["peak_rss_bytes"],
-        "parity": parity,
-    }
+    result["reference"] = _side(reference_run, theirs["every_position"], theirs["decode_step_causal"])
+    result["specdraft"] = _side(ours_run, ours["selected"], ours["decode_step"], stages_s=ours["timings_s"],
+                                stages_peak_rss_bytes=ours.get("peak_rss_bytes_by_stage", {}))
+    result["speedup"] = reference_run["wall_s"] / ours_run["wall_s"]
+    result["memory_ratio"] = ours_run["peak_rss_bytes"] / reference_run["peak_rss_bytes"]
+    result["parity"] = parity
+    return result
 
 
 def _stage_order(stages) -> list[str]:
@@ -121,13 +157,26 @@ def format_stages(seconds: dict, peaks: dict) -> str:
 
 def format_bench(result: dict) -> str:
     ref, ours = result["reference"], result["specdraft"]
+    rows = [("reference", ref), ("specdraft", ours)]
+    if "peer" in result:
+        rows = [("reference", ref), ("specdraft seed", ours), ("specdraft default", result["specdraft_default"]),
+                (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
+    width = max(len(name) for name, _ in rows) + 2
     lines = [
         f"data: {result['data']}",
         f"flags: {' '.join(_flags(result['flags']))}",
-        f"{'':12}{'wall s':>10}{'peak GiB':>10}{'avg accepted':>14}",
-        f"{'reference':12}{ref['wall_s']:10.1f}{ref['peak_rss_bytes'] / GIB:10.2f}{ref['avg_accepted']:14.4f}",
-        f"{'specdraft':12}{ours['wall_s']:10.1f}{ours['peak_rss_bytes'] / GIB:10.2f}{ours['avg_accepted']:14.4f}",
+        f"{'':{width}}{'wall s':>10}{'peak GiB':>10}{'every position':>16}{'decode step':>13}",
+        *(f"{name:{width}}{side['wall_s']:10.1f}{side['peak_rss_bytes'] / GIB:10.2f}{side['avg_accepted']:16.4f}"
+          f"{side['decode_step']:13.4f}" for name, side in rows),
         f"speedup {result['speedup']:.1f}x, memory {result['memory_ratio']:.2f} of the reference's",
+    ]
+    if "peer" in result:
+        peer = result["peer"]
+        for name, side in rows[1:3]:
+            lines.append(f"{name} against SuffixDecoding: {peer['wall_s'] / side['wall_s']:.2f}x its speed, "
+                         f"{side['peak_rss_bytes'] / peer['peak_rss_bytes']:.2f} of its memory, "
+                         f"{side['avg_accepted'] - peer['avg_accepted']:+.3f} accepted per position")
+    lines += [
         "parity (histograms equal): " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["parity"].items()),
         "",
         "specdraft by stage (total: in-process, without interpreter start):",
