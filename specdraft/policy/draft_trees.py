@@ -101,24 +101,38 @@ def best_tree(curves: AcceptanceCurves, drafts: list[list[int]], raw: list[float
     if not drafts:
         return TokenTree([], [], [])
     chances = curves.chances(np.asarray(raw)).tolist()
-    nodes: dict[tuple[int, ...], list] = {}  # path -> [chance, depth, first draft]
+    # the prefix tree, a node per (parent node, token): its parent, token, chance (the highest of
+    # the drafts through it), depth and first draft
+    nodes: dict[tuple[int, int], int] = {}
+    parent: list[int] = []
+    token_of: list[int] = []
+    chance_of: list[float] = []
+    depth_of: list[int] = []
+    first: list[int] = []
     for row, (draft, chance) in enumerate(zip(drafts, chances)):
-        path: tuple[int, ...] = ()
+        at = -1
         for depth, token in enumerate(draft, start=1):
-            path = (*path, token)
-            node = nodes.get(path)
+            node = nodes.get((at, token))
             if node is None:
-                nodes[path] = [chance[depth - 1], depth, row]
-            elif chance[depth - 1] > node[0]:
-                node[0] = chance[depth - 1]
-    chosen = sorted(nodes.items(), key=lambda item: (-item[1][0], item[1][1], item[1][2]))[:budget]
-    index: dict[tuple[int, ...], int] = {}
+                node = nodes[(at, token)] = len(parent)
+                parent.append(at)
+                token_of.append(token)
+                chance_of.append(chance[depth - 1])
+                depth_of.append(depth)
+                first.append(row)
+            elif chance[depth - 1] > chance_of[node]:
+                chance_of[node] = chance[depth - 1]
+            at = node
+    # likeliest first, then shallower, then earlier draft: a parent (as likely as its likeliest
+    # child, and shallower) comes before its children
+    chosen = sorted(range(len(parent)), key=lambda i: (-chance_of[i], depth_of[i], first[i]))[:budget]
+    index: dict[int, int] = {}
     tree = TokenTree([], [], [])
-    for path, (chance, depth, _) in chosen:
-        index[path] = len(tree.token_ids)
-        tree.token_ids.append(path[-1])
-        tree.parents.append(index[path[:-1]] if depth > 1 else -1)
-        tree.probs.append(chance)
+    for node in chosen:
+        index[node] = len(tree.token_ids)
+        tree.token_ids.append(token_of[node])
+        tree.parents.append(index[parent[node]] if parent[node] >= 0 else -1)
+        tree.probs.append(chance_of[node])
     return tree
 
 
