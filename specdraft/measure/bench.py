@@ -314,7 +314,8 @@ def write_cost_curve(curve: dict, out: Path) -> tuple[Path, Path]:
 def main() -> None:  # python -m specdraft.measure.bench: the `make bench` defaults
     data = DEFAULT_REFERENCE.parents[1] / "data" / "qwen25-math-rollouts.parquet"
     started = time.perf_counter()
-    result = run_bench(data, {"train_limit": 6988}, DEFAULT_REFERENCE, None)
+    peer = DEFAULT_PEER_BUILD if (DEFAULT_PEER_BUILD / "venv").exists() else None  # where build_peer.sh has run
+    result = run_bench(data, {"train_limit": 6988}, DEFAULT_REFERENCE, None, peer)
     print(format_bench(result))
     say(f"bench took {time.perf_counter() - started:.0f} s", always=True)
 
