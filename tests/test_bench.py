@@ -283,3 +283,11 @@ def test_comparison_with_the_peer(tmp_path):
     text = run(["bench", "--data", str(FIXTURE), "--peer", str(DEFAULT_PEER_BUILD), "--cost-curve",
                 "--base-rows", "10"])
     assert text.exit_code != 0 and "--peer is for the comparison" in text.output
+
+
+def test_a_peer_directory_without_the_build_is_named(tmp_path):
+    """An unbuilt --peer directory: one line naming what is missing and how to build it."""
+    result = CliRunner().invoke(main, ["bench", "--data", str(FIXTURE), "--peer", str(tmp_path), *FIXTURE_FLAGS])
+    assert result.exit_code != 0
+    assert f"{tmp_path / 'venv' / 'bin' / 'python'}: not found" in result.output
+    assert "build_peer.sh" in result.output

@@ -81,14 +81,20 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
     return run, results
 
 
-def run_peer(data: Path, flags: dict, build: Path, script: Path = DEFAULT_PEER_SCRIPT) -> tuple[dict, dict]:
-    """SuffixDecoding cold, in its own process, on the same data and the limits it takes (train,
-    eval, response cut; it indexes every train token): (measurement, its JSON)."""
+def peer_python(build: Path, script: Path = DEFAULT_PEER_SCRIPT) -> Path:
+    """The peer's interpreter in `build`, once its package and the script are there too."""
     python = build / "venv" / "bin" / "python"
     for needed in (python, build / "pkg", script):
         if not needed.exists():
             raise SpecdraftError(f"{needed}: not found; build the peer with ../shared/tools/peer/build_peer.sh "
                                  "and pass its directory as --peer")
+    return python
+
+
+def run_peer(data: Path, flags: dict, build: Path, script: Path = DEFAULT_PEER_SCRIPT) -> tuple[dict, dict]:
+    """SuffixDecoding cold, in its own process, on the same data and the limits it takes (train,
+    eval, response cut; it indexes every train token): (measurement, its JSON)."""
+    python = peer_python(build, script)
     with tempfile.TemporaryDirectory(prefix="specdraft-peer-") as tmp:
         out = Path(tmp) / "peer.json"
         run = measure([str(python), str(script), str(data), "--dataset-name", data.stem, "--config", PEER_CONFIG,
@@ -110,6 +116,8 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
     """specdraft --preset seed against the reference; with `peer` (the peer's build directory)
     also specdraft --preset default and SuffixDecoding, every program cold, specdraft first (see
     the module docstring)."""
+    if peer is not None:
+        peer_python(peer)  # a missing peer fails before anything runs
     ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
     result = {"data": str(data), "flags": seed_flags}
     if peer is not None:
