@@ -167,8 +167,8 @@ def format_bench(result: dict) -> str:
     ref, ours = result["reference"], result["specdraft"]
     rows = [("reference", ref), ("specdraft", ours)]
     if "peer" in result:
-        rows = [("reference", ref), ("specdraft seed", ours), ("specdraft default", result["specdraft_default"]),
-                (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
+        presets = [("specdraft seed", ours), ("specdraft default", result["specdraft_default"])]
+        rows = [("reference", ref), *presets, (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
     width = max(len(name) for name, _ in rows) + 2
     lines = [
         f"data: {result['data']}",
@@ -180,7 +180,7 @@ def format_bench(result: dict) -> str:
     ]
     if "peer" in result:
         peer = result["peer"]
-        for name, side in rows[1:3]:
+        for name, side in presets:
             lines.append(f"{name} against SuffixDecoding: {peer['wall_s'] / side['wall_s']:.2f}x its speed, "
                          f"{side['peak_rss_bytes'] / peer['peak_rss_bytes']:.2f} of its memory, "
                          f"{side['avg_accepted'] - peer['avg_accepted']:+.3f} accepted per position")
