@@ -14,7 +14,7 @@ token it picks itself (transformers' `_assisted_decoding`), so greedy output equ
 transformers' for candidates without logits (as its prompt lookup): the model samples a token at
 every draft position and the draft is kept up to the first disagreement.
 
-How it plugs in. transformers (5.17 and 5.24, as tested) has no public argument that takes a
+How it plugs in. transformers (5.17, 5.24 and 5.25, as tested) has no public argument that takes a
 CandidateGenerator: `generate()` builds one itself in `GenerationMixin._get_candidate_generator`,
 from `assistant_model`, `prompt_lookup_num_tokens` and a few model-specific flags, and
 `custom_generate=` hands over the whole decoding loop rather than the candidates. So `generate`
@@ -63,6 +63,7 @@ class DrafterCandidateGenerator(CandidateGenerator):
         eos = [] if eos_token_id is None else eos_token_id
         self.eos = {int(t) for t in (eos.tolist() if isinstance(eos, torch.Tensor) else
                                      [eos] if isinstance(eos, int) else eos)}
+        self.draft_len = drafter.draft_len
         self.prompt_len = input_ids.shape[1]
         self.forward_passes = 0
         self.drafted_tokens = 0
@@ -71,6 +72,11 @@ class DrafterCandidateGenerator(CandidateGenerator):
         prompt = input_ids[0].tolist()
         self.session = drafter.start(prompt) if self._in_vocab(prompt, "the prompt") else None
         self.seen = len(prompt)  # tokens of the sequence the session holds
+
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most tokens a draft has (transformers 5.25 sizes the cache's rollback record by it)."""
+        return self.draft_len
 
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, None]:
         self._catch_up(input_ids)
