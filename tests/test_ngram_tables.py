@@ -158,11 +158,12 @@ def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap
     check_backoff(wh, traces, cfg)
 
 
-def test_train_keys_too_large_for_the_budget_are_built_in_sql(tmp_path, monkeypatch):
-    """Beyond what the memory budget leaves beside DuckDB, the train keys are position_keys.sql's
-    table (spilled by DuckDB) instead of numpy arrays, and the tables are the same."""
+def test_train_keys_too_large_for_the_budget_are_built_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """Beyond what the memory budget leaves beside DuckDB, the train keys are the position_keys
+    table (spilled by DuckDB) instead of numpy arrays, written a few traces at a time, and the
+    tables are the same."""
     from specdraft.tables import ngrams
-    from specdraft.tables.train_keys import BYTES_PER_POSITION, TrainKeys
+    from specdraft.tables.train_keys import BYTES_PER_POSITION, WIDE_BYTES_PER_POSITION, TrainKeys
 
     cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
                     backoff_min_context_len=1, max_continuations_per_context=2, max_completion_tokens=7)
@@ -175,9 +176,12 @@ def test_train_keys_too_large_for_the_budget_are_built_in_sql(tmp_path, monkeypa
     assert TrainKeys.fit_beside(wh)
     wh.memory_limit = f"{positions * BYTES_PER_POSITION * 2 / 0.3 * 0.99:.0f}B"
     assert not TrainKeys.fit_beside(wh)
-    built = []
-    monkeypatch.setattr(TrainKeys, "build", lambda *args, **kwargs: built.append(args))
+    # room for about 8 positions a chunk
+    wh.memory_limit = f"{8 * (WIDE_BYTES_PER_POSITION + 8 * 4) * 2 / 0.3:.0f}B"
+    built, build = [], TrainKeys.build.__func__
+    monkeypatch.setattr(TrainKeys, "build", classmethod(lambda cls, *args: built.append(args) or build(cls, *args)))
     build_ngram_tables(wh, cfg, path)
-    assert not built  # the SQL table, not numpy arrays
+    traces = sum(split == "train" for split, *_ in HAND_MADE)
+    assert 1 < len(built) < traces + 1  # several chunks, none empty
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)

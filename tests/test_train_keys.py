@@ -1,16 +1,19 @@
 """The train keys DuckDB builds in numpy (tables/train_keys.py) are the rows of
 sql/tables/position_keys.sql (what the Spark engine builds), at every length, on random traces:
-index caps that cut mid-trace, traces shorter than the draft, and an update's from_trace_id."""
+index caps that cut mid-trace, traces shorter than the draft, and an update's from_trace_id. So is
+the table store_position_keys writes a chunk of traces at a time (a build past the memory budget)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
 from specdraft.tables import ngrams
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
-from specdraft.tables.train_keys import TrainKeys
+from specdraft.tables.train_keys import TrainKeys, chunk_bounds, store_position_keys
 from specdraft.warehouse.connection import Warehouse
 
 from .helpers import write_token_traces
@@ -55,3 +58,40 @@ def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, c
             types = wh.run_text("select column_name, column_type from (describe numpy_keys)").fetchall()
             sql_types = dict(wh.run_text("select column_name, column_type from (describe sql_keys)").fetchall())
             assert all(sql_types[name] == kind for name, kind in types)
+
+
+def same_rows(wh: Warehouse, a: str, b: str, columns: str) -> tuple[int, int]:
+    """Rows of a not in b and of b not in a (as multisets)."""
+    select = f"select {columns} from"
+    return tuple(wh.run_text(f"select count(*) from ({select} {x} except all {select} {y})").fetchall()[0][0]
+                 for x, y in ((a, b), (b, a)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
+       from_trace=st.integers(0, 4), per_chunk=st.integers(1, 30))
+def test_chunked_position_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap,
+                                                      from_trace, per_chunk):
+    tmp = tmp_path_factory.mktemp("chunks")
+    path = write_token_traces(tmp / "t.parquet", traces)
+    cfg = RunConfig(draft_len=draft_len, max_index_positions=cap, backoff_max_index_positions=backoff_cap,
+                    max_completion_tokens=0)
+    with Warehouse(tmp / "wh") as wh:
+        ngrams.build_selected_traces(wh, cfg, path)
+        ngrams.build_hash_powers(wh)
+        sql_keys(wh, cfg, from_trace)
+        store_position_keys(wh, draft_len, cap, backoff_cap, list(LENGTHS), from_trace, per_chunk)
+        keys = ", ".join(f"key_{n}" for n in LENGTHS)
+        assert same_rows(wh, "sql_keys", "position_keys", f"{COLUMNS}, {keys}") == (0, 0)
+        describe = "select column_name, column_type from (describe {})"
+        assert (wh.run_text(describe.format("position_keys")).fetchall()
+                == wh.run_text(describe.format("sql_keys")).fetchall())
+
+
+def test_chunks_hold_whole_traces_within_the_limit():
+    ids, sizes = np.array([2, 5, 6, 8, 9]), np.array([4, 4, 9, 1, 1])
+    assert chunk_bounds(ids, sizes, 8) == [(2, 6), (6, 8), (8, 0)]  # 4+4, 9 alone (longer than 8), 1+1
+    assert chunk_bounds(ids, sizes, None) == [(2, 0)]
+    assert chunk_bounds(ids[:0], sizes[:0], 8) == []
+    with pytest.raises(Exception, match="do not ascend"):
+        chunk_bounds(np.array([3, 1]), np.array([1, 1]), 8)

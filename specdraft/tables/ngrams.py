@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from specdraft.config import RunConfig
 from specdraft.progress import progress
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
-from specdraft.tables.train_keys import TrainKeys
+from specdraft.tables.train_keys import TrainKeys, store_position_keys
 from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
 
 
@@ -118,13 +118,19 @@ def build_position_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0
 def build_train_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -> TrainKeys | None:
     """The train positions from from_trace_id on and their keys at the table lengths (hash_powers
     built). On DuckDB they are returned (TrainKeys, for build_per_length), unless they would not fit
-    in the memory budget beside DuckDB's share (TrainKeys.fit_beside); there, and on Spark, they are
-    the position_keys table (which DuckDB spills past its limit), and None is returned."""
-    if isinstance(wh, Warehouse) and TrainKeys.fit_beside(wh, from_trace_id):
-        keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
-                               from_trace_id)
-        trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
-        return keys
+    in the memory budget beside DuckDB's share (TrainKeys.fit_beside); there (made a chunk of traces
+    at a time, store_position_keys), and on Spark (position_keys.sql), they are the position_keys
+    table, which DuckDB spills past its limit, and None is returned."""
+    if isinstance(wh, Warehouse):
+        if TrainKeys.fit_beside(wh, from_trace_id):
+            keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
+                                   from_trace_id)
+            trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
+            return keys
+        store_position_keys(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
+                            table_lengths(cfg), from_trace_id)
+        trim_malloc_heap()
+        return None
     wh.materialize("tables/position_keys",
                    {**_position_params(cfg, from_trace_id), "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
     return None

@@ -447,21 +447,28 @@ class Warehouse:
     def fits_beside_duckdb(self, nbytes: int) -> bool:
         """Do `nbytes` of arrays held outside DuckDB fit in half of what the run's memory budget
         leaves beside DuckDB's share (DUCKDB_SHARE)? Always, without a budget."""
-        return self.memory_limit is None or nbytes <= size_bytes(self.memory_limit) * (1 - DUCKDB_SHARE) / 2
+        room = self.room_beside_duckdb()
+        return room is None or nbytes <= room
+
+    def room_beside_duckdb(self) -> int | None:
+        """The bytes fits_beside_duckdb allows: None without a budget."""
+        return None if self.memory_limit is None else int(size_bytes(self.memory_limit) * (1 - DUCKDB_SHARE) / 2)
 
     def register(self, name: str, data: Any) -> None:
         """Expose an Arrow table (made in Python) to SQL under a fixed name."""
         self.con.register(quote_identifier(name).strip('"'), data)
 
-    def store(self, table: str, data: Any, append: bool = False) -> None:
+    def store(self, table: str, data: Any, append: bool = False, temp: bool = False) -> None:
         """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
-        as a table, or append its rows."""
+        as a table, or append its rows. temp=True: a build intermediate (as materialize's), which
+        append=True adds to."""
         target = quote_identifier(table)
         # scanned, not registered: a registered table stays in memory until the transaction ends
-        if append and self.has_table(table):
+        if append and (temp or self.has_table(table)):
             statement = f"insert into {target} by name select * from _specdraft_arrow"
         else:
-            statement = f"create or replace table {target} as select * from _specdraft_arrow"
+            kind = "temp table" if temp else "table"
+            statement = f"create or replace {kind} {target} as select * from _specdraft_arrow"
         self._execute_scanning(statement, None, {"_specdraft_arrow": data})
         self._statement_done()
 
