@@ -5,6 +5,8 @@ the table store_position_keys writes a chunk of traces at a time (a build past t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,11 +36,9 @@ def sql_keys(wh: Warehouse, cfg: RunConfig, from_trace_id: int) -> None:
     wh.materialize("tables/position_keys", params, into="sql_keys", temp=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
-       from_trace=st.integers(0, 4))
-def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace):
-    tmp = tmp_path_factory.mktemp("keys")
+@contextmanager
+def warehouse_with_sql_keys(tmp, traces, draft_len: int, cap: int, backoff_cap: int, from_trace: int):
+    """A warehouse of `traces` with hash_powers and position_keys.sql's train table (sql_keys)."""
     path = write_token_traces(tmp / "t.parquet", traces)
     cfg = RunConfig(draft_len=draft_len, max_index_positions=cap, backoff_max_index_positions=backoff_cap,
                     max_completion_tokens=0)
@@ -46,18 +46,7 @@ def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, c
         ngrams.build_selected_traces(wh, cfg, path)
         ngrams.build_hash_powers(wh)
         sql_keys(wh, cfg, from_trace)
-        keys = TrainKeys.build(wh, draft_len, cap, backoff_cap, from_trace)
-        expected_rows = wh.run_text("select count(*) from sql_keys").fetchall()[0][0]
-        assert len(keys) == expected_rows
-        for ctx_len in LENGTHS:
-            wh.register("numpy_keys", keys.at(ctx_len))
-            select = f"select {COLUMNS}, key_{ctx_len} from"
-            only_sql, only_numpy = (wh.run_text(f"select count(*) from ({select} {a} except all {select} {b})")
-                                    .fetchall()[0][0] for a, b in (("sql_keys", "numpy_keys"), ("numpy_keys", "sql_keys")))
-            assert (only_sql, only_numpy) == (0, 0), f"key_{ctx_len}"
-            types = wh.run_text("select column_name, column_type from (describe numpy_keys)").fetchall()
-            sql_types = dict(wh.run_text("select column_name, column_type from (describe sql_keys)").fetchall())
-            assert all(sql_types[name] == kind for name, kind in types)
+        yield wh
 
 
 def same_rows(wh: Warehouse, a: str, b: str, columns: str) -> tuple[int, int]:
@@ -67,25 +56,37 @@ def same_rows(wh: Warehouse, a: str, b: str, columns: str) -> tuple[int, int]:
                  for x, y in ((a, b), (b, a)))
 
 
+def column_types(wh: Warehouse, table: str) -> list[tuple[str, str]]:
+    return wh.run_text(f"select column_name, column_type from (describe {table})").fetchall()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
+       from_trace=st.integers(0, 4))
+def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace):
+    with warehouse_with_sql_keys(tmp_path_factory.mktemp("keys"), traces, draft_len, cap, backoff_cap,
+                                 from_trace) as wh:
+        keys = TrainKeys.build(wh, draft_len, cap, backoff_cap, from_trace)
+        expected_rows = wh.run_text("select count(*) from sql_keys").fetchall()[0][0]
+        assert len(keys) == expected_rows
+        sql_types = dict(column_types(wh, "sql_keys"))
+        for ctx_len in LENGTHS:
+            wh.register("numpy_keys", keys.at(ctx_len))
+            assert same_rows(wh, "sql_keys", "numpy_keys", f"{COLUMNS}, key_{ctx_len}") == (0, 0), f"key_{ctx_len}"
+            assert all(sql_types[name] == kind for name, kind in column_types(wh, "numpy_keys"))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
        from_trace=st.integers(0, 4), per_chunk=st.integers(1, 30))
 def test_chunked_position_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap,
                                                       from_trace, per_chunk):
-    tmp = tmp_path_factory.mktemp("chunks")
-    path = write_token_traces(tmp / "t.parquet", traces)
-    cfg = RunConfig(draft_len=draft_len, max_index_positions=cap, backoff_max_index_positions=backoff_cap,
-                    max_completion_tokens=0)
-    with Warehouse(tmp / "wh") as wh:
-        ngrams.build_selected_traces(wh, cfg, path)
-        ngrams.build_hash_powers(wh)
-        sql_keys(wh, cfg, from_trace)
+    with warehouse_with_sql_keys(tmp_path_factory.mktemp("chunks"), traces, draft_len, cap, backoff_cap,
+                                 from_trace) as wh:
         store_position_keys(wh, draft_len, cap, backoff_cap, list(LENGTHS), from_trace, per_chunk)
         keys = ", ".join(f"key_{n}" for n in LENGTHS)
         assert same_rows(wh, "sql_keys", "position_keys", f"{COLUMNS}, {keys}") == (0, 0)
-        describe = "select column_name, column_type from (describe {})"
-        assert (wh.run_text(describe.format("position_keys")).fetchall()
-                == wh.run_text(describe.format("sql_keys")).fetchall())
+        assert column_types(wh, "position_keys") == column_types(wh, "sql_keys")
 
 
 def test_chunks_hold_whole_traces_within_the_limit():
