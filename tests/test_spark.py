@@ -41,6 +41,10 @@ def test_duckdb_only_forms_are_rewritten():
                            "window w as (partition by g order by o)")
     assert "WINDOW" not in inlined
     assert "PARTITION BY g ORDER BY o" in inlined and "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW" in inlined.upper()
+    # the top n by a key: Spark's max_by takes no n
+    top = to_spark_sql("select g, max_by(x, k, $n) as xs from t group by g", {"n": 3})
+    assert top == ("SELECT g, TRANSFORM(SLICE(SORT_ARRAY(COLLECT_LIST(STRUCT(k AS k, x AS v)), FALSE), 1, 3), "
+                   "e -> e.v) AS xs FROM t GROUP BY g")
 
 
 STAGE4 = ("selected_traces", "query_context_keys", "exact_continuation_counts", "exact_continuations",

@@ -5,7 +5,7 @@ past one machine.
 and drop_view. `SparkTables` implements them on a SparkSession:
 
 - each sql/ file is parsed as DuckDB SQL and written out as Spark SQL by SQLGlot, with the
-  parameters bound as literals and three rewrites SQLGlot lacks (see `to_spark_sql`);
+  parameters bound as literals and four rewrites SQLGlot lacks (see `to_spark_sql`);
 - build intermediates (position_keys, hash_powers, ...) are checkpointed DataFrames behind
   temp views;
 - the tables later stages read are written as Parquet under `<warehouse>/spark/<dataset>/`,
@@ -99,11 +99,21 @@ def _inline_windows(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def _top_n_by(node: exp.Expression) -> exp.Expression:
+    """DuckDB's `max_by(x, key, n)` (the n values of x with the largest keys, largest first) has
+    no Spark form with n: the (key, x) structs are collected, sorted descending and cut to n."""
+    if not isinstance(node, exp.ArgMax) or node.args.get("count") is None:
+        return node
+    value, key, n = (node.args[name].sql(dialect="spark") for name in ("this", "expression", "count"))
+    return sqlglot.parse_one(f"transform(slice(sort_array(collect_list(struct({key} as k, {value} as v)), false), "
+                             f"1, {n}), e -> e.v)", read="spark")
+
+
 def to_spark_sql(duckdb_sql: str, params: dict[str, Any] | None = None) -> str:
     """One sql/ statement, written by DuckDB's rules, as Spark SQL with `params` bound."""
     tree = sqlglot.parse_one(duckdb_sql, read="duckdb")
     tree = tree.transform(lambda node: _bind(node, params or {}))
-    tree = tree.transform(_slice).transform(_zip_unnests).transform(_inline_windows)
+    tree = tree.transform(_slice).transform(_zip_unnests).transform(_inline_windows).transform(_top_n_by)
     return tree.sql(dialect="spark", comments=False)
 
 
