@@ -6,6 +6,7 @@ the table store_position_keys writes a chunk of traces at a time (a build past t
 from __future__ import annotations
 
 from contextlib import contextmanager
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
-from specdraft.tables import ngrams
+from specdraft.tables import ngrams, train_keys
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
 from specdraft.tables.train_keys import TrainKeys, chunk_bounds, store_position_keys
 from specdraft.warehouse.connection import Warehouse
@@ -62,10 +63,10 @@ def column_types(wh: Warehouse, table: str) -> list[tuple[str, str]]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
-       from_trace=st.integers(0, 4))
-def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace):
+       from_trace=st.integers(0, 4), block=st.sampled_from([1, 3, train_keys.KEY_BLOCK]))
+def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace, block):
     with warehouse_with_sql_keys(tmp_path_factory.mktemp("keys"), traces, draft_len, cap, backoff_cap,
-                                 from_trace) as wh:
+                                 from_trace) as wh, mock.patch.object(train_keys, "KEY_BLOCK", block):
         keys = TrainKeys.build(wh, draft_len, cap, backoff_cap, from_trace)
         expected_rows = wh.run_text("select count(*) from sql_keys").fetchall()[0][0]
         assert len(keys) == expected_rows
