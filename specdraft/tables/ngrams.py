@@ -122,15 +122,14 @@ def build_train_keys(wh: TableBuilder, cfg: RunConfig, from_trace_id: int = 0) -
     at a time, store_position_keys), and on Spark (position_keys.sql), they are the position_keys
     table, which DuckDB spills past its limit, and None is returned."""
     if isinstance(wh, Warehouse):
+        caps = (cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions)
+        keys = None
         if TrainKeys.fit_beside(wh, from_trace_id):
-            keys = TrainKeys.build(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
-                                   from_trace_id)
-            trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
-            return keys
-        store_position_keys(wh, cfg.draft_len, cfg.max_index_positions, cfg.backoff_max_index_positions,
-                            table_lengths(cfg), from_trace_id)
-        trim_malloc_heap()
-        return None
+            keys = TrainKeys.build(wh, *caps, from_trace_id)
+        else:
+            store_position_keys(wh, *caps, table_lengths(cfg), from_trace_id)
+        trim_malloc_heap()  # the build's freed temporaries: 226 MB on the development set
+        return keys
     wh.materialize("tables/position_keys",
                    {**_position_params(cfg, from_trace_id), "train": True, "ctx_len": table_lengths(cfg)}, temp=True)
     return None

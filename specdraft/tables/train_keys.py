@@ -55,7 +55,7 @@ class TrainKeys:
     has_backoff: np.ndarray
     prefix: tuple[np.ndarray, np.ndarray]  # c(pos) mod p, per prime
     end_pow: tuple[np.ndarray, np.ndarray]  # B^(pos - 1) mod p, per prime
-    _columns: dict[str, pa.Array] | None = field(default=None, init=False, repr=False)  # at()'s, but the key
+    _columns: dict[str, pa.Array] | None = field(default=None, init=False, repr=False)  # _base_columns()
 
     @staticmethod
     def fit_beside(wh: Warehouse, from_trace_id: int = 0) -> bool:
@@ -152,19 +152,27 @@ class TrainKeys:
 
     def wide(self, lengths: list[int]) -> pa.Table:
         """position_keys.sql's table itself: its columns, with a key column per length."""
-        columns = {name: pa.array(self.base[name]) for name in ("trace_id", "pos", "token_id")}
+        base = self._base_columns()
+        columns = {name: base[name] for name in ("trace_id", "pos", "token_id")}
         for ctx_len in lengths:
             key, defined = self.key(ctx_len)
             columns[f"key_{ctx_len}"] = pa.array(key, mask=~defined)
-        columns["continuation_hash"] = pa.array(self.base["continuation_hash"])
-        columns["exact_order"] = pa.array(self.base["exact_order"], mask=~self.has_exact)
-        columns["backoff_order"] = pa.array(self.base["backoff_order"], mask=~self.has_backoff)
+        columns.update((name, base[name]) for name in ("continuation_hash", "exact_order", "backoff_order"))
         return pa.table(columns)
 
     def at(self, ctx_len: int) -> pa.Table:
         """position_keys as length_keys.sql reads it at ctx_len: the columns of
         position_keys.sql's table, with key_<ctx_len> its only key."""
-        if self._columns is None:  # the same at every length
+        columns = dict(self._base_columns())
+        key, defined = self.key(ctx_len)
+        columns[f"key_{ctx_len}"] = pa.array(key, mask=~defined)
+        table = pa.table(columns)
+        return pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=table.schema)
+
+    def _base_columns(self) -> dict[str, pa.Array]:
+        """position_keys' columns but the keys, as Arrow arrays (the index orders null where a
+        cap or the draft's end leaves the position out); made once, the same at every length."""
+        if self._columns is None:
             self._columns = {
                 "trace_id": pa.array(self.base["trace_id"]),
                 "pos": pa.array(self.base["pos"]),
@@ -173,11 +181,7 @@ class TrainKeys:
                 "exact_order": pa.array(self.base["exact_order"], mask=~self.has_exact),
                 "backoff_order": pa.array(self.base["backoff_order"], mask=~self.has_backoff),
             }
-        key, defined = self.key(ctx_len)
-        columns = dict(self._columns)
-        columns[f"key_{ctx_len}"] = pa.array(key, mask=~defined)
-        table = pa.table(columns)
-        return pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=table.schema)
+        return self._columns
 
 
 def store_position_keys(wh: Warehouse, draft_len: int, max_index_positions: int, backoff_max_index_positions: int,
@@ -192,15 +196,13 @@ def store_position_keys(wh: Warehouse, draft_len: int, max_index_positions: int,
         room = wh.room_beside_duckdb()
         positions_per_chunk = max(1, room // (WIDE_BYTES_PER_POSITION + 8 * len(lengths))) if room else None
     bounds = chunk_bounds(sizes["trace_id"], sizes["n_tokens"], positions_per_chunk)
-    for i, (first, stop) in enumerate(bounds):
+    # without train positions, one empty chunk: the table with no rows, as the SQL would make it
+    for i, (first, stop) in enumerate(bounds or [(from_trace_id, 0)]):
         keys = TrainKeys.build(wh, draft_len, max_index_positions, backoff_max_index_positions, first, stop)
         table = keys.wide(lengths)
         del keys
         wh.store("position_keys", table, append=i > 0, temp=True)
         del table
-    if not bounds:  # no train positions: the table with no rows, as the SQL would make it
-        empty = TrainKeys.build(wh, draft_len, max_index_positions, backoff_max_index_positions, from_trace_id)
-        wh.store("position_keys", empty.wide(lengths), temp=True)
 
 
 def chunk_bounds(trace_ids: np.ndarray, n_tokens: np.ndarray, positions: int | None) -> list[tuple[int, int]]:
@@ -212,7 +214,7 @@ def chunk_bounds(trace_ids: np.ndarray, n_tokens: np.ndarray, positions: int | N
     """
     if len(trace_ids) and np.any(np.diff(trace_ids) <= 0):
         raise SpecdraftError("selected_traces: train trace ids do not ascend in train order")
-    starts, total = [], positions or 0
+    starts, total = [], 0
     for i, n in enumerate(n_tokens.tolist()):
         if not starts or (positions and total + n > positions):
             starts.append(i)

@@ -2,7 +2,7 @@
 -- grain: trace_id
 -- reads: selected_traces
 -- params: $from_trace_id BIGINT
--- The selected train traces from $from_trace_id on, in train order, and their tokens: where a
+-- The selected train traces from $from_trace_id on, in train order, and their token counts: where a
 -- build that does not fit in memory at once cuts its chunks (train_keys.chunk_bounds).
 select
     trace_id,
