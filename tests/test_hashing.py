@@ -1,6 +1,6 @@
 """Sorting context keys: key_order and length_key_order equal numpy's stable argsort and lexsort
 (the backoff walk sorts its picks and probes with key_order, export its tables with
-length_key_order)."""
+length_key_order). The keys' modulo (mod) equals numpy's %."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdraft.tables.hashing import key_order, length_key_order
+from specdraft.tables.hashing import P1, P2, key_order, length_key_order, mod
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -35,3 +35,17 @@ def test_length_key_order_is_lexsort(rows):
     ctx_lens = np.array([ctx_len for ctx_len, _, _ in rows], dtype=np.int32)
     keys = np.array([high + low for _, high, low in rows], dtype=np.int64)
     assert np.array_equal(length_key_order(ctx_lens, keys), np.lexsort((keys, ctx_lens)))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, -1, P1, P2, 2 * P1, P2 - 1])),
+                       max_size=50),
+       p=st.sampled_from([P1, P2, 5]))
+def test_mod_is_numpy_remainder(values, p):
+    """Any int64, either sign, the extremes (where (x // p) * p wraps around, and x minus it does
+    not), multiples of the primes; into a new array and in place."""
+    x = np.array(values, dtype=np.int64)
+    assert np.array_equal(mod(x, p), x % p)
+    expected = x % p
+    mod(x, p, out=x)
+    assert np.array_equal(x, expected)

@@ -41,6 +41,20 @@ def inverse_params(n: int) -> dict[str, int]:
     return {"inv1": pow(B1, -n, P1), "inv2": pow(B2, -n, P2)}
 
 
+def mod(x: np.ndarray, p: int, out: np.ndarray | None = None) -> np.ndarray:
+    """x % p for int64 arrays, exactly (x == (x // p) * p + x % p, floor semantics for any sign),
+    written to out (which may be x). numpy divides by a scalar with libdivide in floor_divide but
+    with a hardware division per element in remainder: x - (x // p) * p takes half the time of
+    x % p on large arrays, a third on cache-sized blocks (4M keys: 19 ms against 41 ms).
+
+    >>> mod(np.array([-3, 0, 6, 2**62]), 5).tolist() == [-3 % 5, 0, 6 % 5, 2**62 % 5]
+    True
+    """
+    quotient = np.floor_divide(x, p)
+    quotient *= p
+    return np.subtract(x, quotient, out=out)
+
+
 def window_key(tokens: Sequence[int]) -> int:
     """The context key of a token window (pure-Python oracle of the SQL keys)."""
     h1 = h2 = 0
@@ -74,15 +88,15 @@ class RowPrefixHashes:
     def append(self, column: np.ndarray) -> None:
         c = self.width
         values = column.astype(np.int64) + 1
-        self.h1[:, c + 1] = (self.h1[:, c] * B1 + values) % P1
-        self.h2[:, c + 1] = (self.h2[:, c] * B2 + values) % P2
+        mod(self.h1[:, c] * B1 + values, P1, out=self.h1[:, c + 1])
+        mod(self.h2[:, c] * B2 + values, P2, out=self.h2[:, c + 1])
         self.width += 1
 
     def window_keys(self, rows: np.ndarray, start: int, stop: int) -> np.ndarray:
         """Keys of row[start:stop] for the given row indices."""
         length = stop - start
-        w1 = (self.h1[rows, stop] - self.h1[rows, start] * pow(B1, length, P1) % P1) % P1
-        w2 = (self.h2[rows, stop] - self.h2[rows, start] * pow(B2, length, P2) % P2) % P2
+        w1 = mod(self.h1[rows, stop] - mod(self.h1[rows, start] * pow(B1, length, P1), P1), P1)
+        w2 = mod(self.h2[rows, stop] - mod(self.h2[rows, start] * pow(B2, length, P2), P2), P2)
         return w1 * SHIFT + w2
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.errors import SpecdraftError
-from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, power_params
+from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, mod, power_params
 from specdraft.warehouse.connection import Warehouse
 
 BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
@@ -94,7 +94,7 @@ class TrainKeys:
         for i, p in enumerate(_PRIMES):
             b = powers[f"b{i + 1}"].astype(np.int64)
             b_pos = b[pos]
-            term = (token_id.astype(np.int64) + 1) * powers[f"binv{i + 1}"].astype(np.int64)[pos] % p
+            term = mod((token_id.astype(np.int64) + 1) * powers[f"binv{i + 1}"].astype(np.int64)[pos], p)
             running = np.cumsum(term)  # exact: below 2^62 for traces under 2^31 tokens
             before = running - term
             c = before - before[starts][row_trace]  # the sum of the terms before pos, in its trace
@@ -102,10 +102,10 @@ class TrainKeys:
             ahead = np.arange(n, dtype=np.int64) + draft_len
             inside = pos + draft_len < trace_len
             c_ahead = np.where(inside, c[np.minimum(ahead, n - 1)] if n else c, total)
-            tail_pow = b_pos * tail[f"pow{i + 1}"] % p
-            continuation = continuation * SHIFT + (c_ahead - c) % p * tail_pow % p
-            prefix.append(c % p)
-            end_pow.append(b_pos * inverse[f"inv{i + 1}"] % p)
+            tail_pow = mod(b_pos * tail[f"pow{i + 1}"], p)
+            continuation = continuation * SHIFT + mod(mod(c_ahead - c, p) * tail_pow, p)
+            prefix.append(mod(c, p))
+            end_pow.append(mod(b_pos * inverse[f"inv{i + 1}"], p))
 
         exact_before = traces.column("exact_before").to_numpy().astype(np.int64)[row_trace]
         backoff_before = traces.column("backoff_before").to_numpy().astype(np.int64)[row_trace]
@@ -145,7 +145,7 @@ class TrainKeys:
                 h = c[lo:hi] + p
                 h -= c[lo - ctx_len : hi - ctx_len]
                 h *= end[lo:hi]
-                h %= p
+                mod(h, p, out=h)
                 out *= SHIFT
                 out += h
         return key, self.base["pos"] >= ctx_len
