@@ -48,6 +48,22 @@ def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
             assert np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)), (n, start)
 
 
+def test_raw_predict_is_sklearns_own_walk(fitted):
+    """raw_predict walks binned rows: the same floats as sklearn's _raw_predict over the float rows,
+    on rows of the families the fit saw, on values at and beside every bin threshold and beyond the
+    fitted range, and on rows with families it never saw (missing values to both)."""
+    model, _ = fitted
+    matrix, _ = _data(3, 30_000, [0, 2, 4, 5])
+    thresholds = model._bin_mapper.bin_thresholds_
+    for j in range(1, matrix.shape[1]):
+        edges = np.concatenate([thresholds[j], np.floor(thresholds[j]), np.ceil(thresholds[j]), [-1, 10**12]])
+        at = np.resize(edges.astype(np.int64), len(matrix))
+        matrix[: len(at), j] = at
+    assert np.array_equal(raw_predict(model, matrix), model._raw_predict(matrix.astype(np.float64))[:, 0])
+    unseen, _ = _data(4, 5_000, list(range(9)))
+    assert np.array_equal(raw_predict(model, unseen), model._raw_predict(unseen.astype(np.float64))[:, 0])
+
+
 def test_the_node_table_survives_arrow_ipc(fitted, tmp_path):
     _, trees = fitted
     path = tmp_path / "trees.arrow"

@@ -206,8 +206,26 @@ class ConfidencePolicy:
 def raw_predict(model, matrix: np.ndarray) -> np.ndarray:
     """sklearn's raw prediction (before the Poisson link's exp): its own compiled tree walk, fast
     over a whole split. It is a private method; exported_trees() checks every fit against it, so a
-    change in sklearn fails the run rather than the bundle."""
-    return model._raw_predict(np.asarray(matrix, dtype=np.float64))[:, 0]
+    change in sklearn fails the run rather than the bundle.
+
+    The trees walk the rows binned as the fit binned them (one byte a value), as sklearn walks its
+    training rows, not the float rows: the same leaves (a value is at most a split's threshold
+    exactly where its bin is at most the split's bin) and the same sum in the same order, so the
+    same floats, in three quarters of the time (505,054 development-set drafts: 1.25 s against
+    1.70 s)."""
+    from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+
+    # as _raw_predict prepares them: checked, and the family codes as the fit's category indices
+    # (a family it never saw is a missing value)
+    rows = model._preprocess_X(np.asarray(matrix, dtype=np.float64), reset=False)
+    mapper = model._bin_mapper
+    binned = mapper.transform(rows)
+    raw = np.zeros(len(rows), dtype=model._baseline_prediction.dtype)
+    raw += model._baseline_prediction[0]  # as _raw_predict: zeros, the baseline, then tree by tree
+    n_threads = _openmp_effective_n_threads()
+    for (tree,) in model._predictors:
+        raw += tree.predict_binned(binned, mapper.missing_values_bin_idx_, n_threads)
+    return raw
 
 
 def exported_trees(model, matrix: np.ndarray, sample: int = 4096) -> TreeEnsemble:
