@@ -617,6 +617,35 @@ def test_releasing_the_cache_evicts_table_blocks_and_keeps_the_limit(tmp_path, m
         assert wh.run_text("select count(*) from numbers").fetchall()[0][0] == 2_000_000
 
 
+def test_spilled_tables_are_read_from_a_file_that_goes_with_them(tmp_path):
+    """store_spilled: the parts read back whole, in order, under the table's name; drop deletes the
+    file, close deletes one a failed build left, and the next writer deletes one a killed writer
+    left; no parts is an error, not an empty view."""
+    spilled = tmp_path / "tmp" / f"numbers{connection.SPILL_SUFFIX}"
+    parts = [pa.table({"n": np.arange(start, start + 5, dtype=np.int64), "key": pa.array([1, None, 3, 4, 5])})
+             for start in (0, 5, 10)]
+    with Warehouse(tmp_path, memory_limit="1GB") as wh:
+        wh.store_spilled("numbers", iter(parts))
+        assert spilled.exists()
+        assert wh.run_text("select * from numbers").to_arrow_table().equals(pa.concat_tables(parts))
+        wh.drop("numbers")
+        assert not spilled.exists() and not wh.has_table("numbers")
+        wh.store_spilled("numbers", iter(parts[:1]))
+    assert not spilled.exists()  # closed without a drop
+    with pytest.raises(SpecdraftError, match="no parts"), Warehouse(tmp_path, memory_limit="1GB") as wh:
+        wh.store_spilled("numbers", iter([]))
+    spilled.write_bytes(b"left by a killed writer")
+    with Warehouse(tmp_path, read_only=True) as reader:
+        assert spilled.exists()  # a reader leaves the writer's files alone, and spills elsewhere
+        reader.store_spilled("numbers", iter(parts))
+        assert reader.run_text("select count(*) from numbers").fetchall() == [(15,)]
+        own = reader._spilled["numbers"]
+        assert own.parent != spilled.parent and spilled.read_bytes() == b"left by a killed writer"
+    assert not own.parent.exists()
+    with Warehouse(tmp_path, memory_limit="1GB"):
+        assert not spilled.exists()
+
+
 def test_outside_transaction_reads_committed_tables_and_lets_registered_tables_go(tmp_path):
     """Inside a transaction DuckDB keeps every registered Arrow table alive until it ends; the
     second connection of outside_transaction() reads the committed tables (of the dataset's

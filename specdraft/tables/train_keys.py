@@ -186,8 +186,8 @@ class TrainKeys:
 
 def store_position_keys(wh: Warehouse, draft_len: int, max_index_positions: int, backoff_max_index_positions: int,
                         lengths: list[int], from_trace_id: int = 0, positions_per_chunk: int | None = None) -> None:
-    """position_keys.sql's train table (a temp table of that name), made here a chunk of train
-    traces at a time: for a build whose train keys do not fit in memory at once (fit_beside).
+    """position_keys.sql's train table (read as position_keys: a Parquet file in the warehouse's
+    tmp/, Warehouse.store_spilled), made here a chunk of train traces at a time: for a build whose train keys do not fit in memory at once (fit_beside).
     A chunk holds as many traces as fit in the room beside DuckDB (Warehouse.room_beside_duckdb)
     at WIDE_BYTES_PER_POSITION (or positions_per_chunk), so no window sorts the whole train split
     as the SQL does (on 200,000 synthetic traces, 48.9M positions, the SQL took 82 s)."""
@@ -196,13 +196,14 @@ def store_position_keys(wh: Warehouse, draft_len: int, max_index_positions: int,
         room = wh.room_beside_duckdb()
         positions_per_chunk = max(1, room // (WIDE_BYTES_PER_POSITION + 8 * len(lengths))) if room else None
     bounds = chunk_bounds(sizes["trace_id"], sizes["n_tokens"], positions_per_chunk)
-    # without train positions, one empty chunk: the table with no rows, as the SQL would make it
-    for i, (first, stop) in enumerate(bounds or [(from_trace_id, 0)]):
-        keys = TrainKeys.build(wh, draft_len, max_index_positions, backoff_max_index_positions, first, stop)
-        table = keys.wide(lengths)
-        del keys
-        wh.store("position_keys", table, append=i > 0, temp=True)
-        del table
+
+    def chunks():
+        # without train positions, one empty chunk: the table with no rows, as the SQL would make it
+        for first, stop in bounds or [(from_trace_id, 0)]:
+            yield TrainKeys.build(wh, draft_len, max_index_positions, backoff_max_index_positions, first,
+                                  stop).wide(lengths)
+
+    wh.store_spilled("position_keys", chunks())
 
 
 def chunk_bounds(trace_ids: np.ndarray, n_tokens: np.ndarray, positions: int | None) -> list[tuple[int, int]]:
