@@ -634,6 +634,10 @@ def test_spilled_tables_are_read_from_a_file_that_goes_with_them(tmp_path):
     assert not spilled.exists()  # closed without a drop
     with pytest.raises(SpecdraftError, match="no parts"), Warehouse(tmp_path, memory_limit="1GB") as wh:
         wh.store_spilled("numbers", iter([]))
+    # a part the file cannot take fails the call (the writing thread's error), and the file goes
+    with pytest.raises(ValueError, match="schema"), Warehouse(tmp_path, memory_limit="1GB") as wh:
+        wh.store_spilled("numbers", iter([parts[0], pa.table({"other": [1]}), parts[1]]))
+    assert not spilled.exists()
     spilled.write_bytes(b"left by a killed writer")
     with Warehouse(tmp_path, read_only=True) as reader:
         assert spilled.exists()  # a reader leaves the writer's files alone, and spills elsewhere

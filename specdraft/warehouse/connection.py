@@ -17,6 +17,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -477,9 +478,9 @@ class Warehouse:
 
     def store_spilled(self, table: str, parts: Iterable[pyarrow.Table]) -> None:
         """A build intermediate larger than the memory budget, made in Python a part at a time
-        (Arrow tables of one schema, at least one): written to a Parquet file in the warehouse's
-        tmp/ (a reader's: in a directory of its own) and read as `table`, a temp view of it, until
-        drop(table) (or close) deletes it.
+        (Arrow tables of one schema, at least one; two are held at once): written to a Parquet
+        file in the warehouse's tmp/ (a reader's: in a directory of its own) and read as `table`,
+        a temp view of it, until drop(table) (or close) deletes it.
 
         Why not a temp table: DuckDB keeps a temp table in its buffer pool, so one past the limit
         is written out to tmp/ when a statement needs the memory, and read back and written out
@@ -493,18 +494,27 @@ class Warehouse:
             path = self.root / "tmp" / f"{table}{SPILL_SUFFIX}"
             path.parent.mkdir(exist_ok=True)
         self._spilled[table] = path
-        writer = None
-        try:
-            for part in parts:
-                if writer is None:
-                    # no dictionaries: pyarrow tries one per column chunk before it gives up on
-                    # the keys, which never repeat enough (the 200,000 traces' keys: 38 s against 54 s)
-                    writer = pyarrow.parquet.ParquetWriter(path, part.schema, use_dictionary=False)
-                writer.write_table(part, row_group_size=SPILL_ROW_GROUP)
-                del part  # not held while the next part is made
-        finally:
-            if writer is not None:
-                writer.close()
+        # each part is written in a thread while the next is made (pyarrow's encoding and numpy
+        # both let go of the GIL): two parts are alive at once, the one written and the one made
+        writer, written = None, None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill") as writing:
+            try:
+                for part in parts:
+                    if writer is None:
+                        # no dictionaries: pyarrow tries one per column chunk before it gives up on
+                        # the keys, which never repeat enough (the 200,000 traces' keys: 38 s against 54 s)
+                        writer = pyarrow.parquet.ParquetWriter(path, part.schema, use_dictionary=False)
+                    if written is not None:
+                        written.result()
+                    written = writing.submit(writer.write_table, part, row_group_size=SPILL_ROW_GROUP)
+                    del part  # the thread's, until written
+                if written is not None:
+                    written.result()
+            finally:
+                if writer is not None:
+                    if written is not None:
+                        written.exception()  # wait: the file is closed after its last write
+                    writer.close()
         if writer is None:
             raise SpecdraftError(f"store_spilled({table!r}): no parts to write")
         literal = str(path).replace("'", "''")
