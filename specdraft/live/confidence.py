@@ -41,6 +41,7 @@ RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
     families.ORDER[name] for name in ("recent-copy", "recent-copy-2", "ngram-all", "ngram-rank2"))
 COPY, NGRAM, ONLINE = families.ORDER["copy"], families.ORDER["ngram"], families.ORDER["online"]
 NO_PLACE = -1
+WIDTH = len(feature_columns())  # a feature row's
 
 
 class Candidate:
@@ -183,10 +184,12 @@ class OnlineStore:
 def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], draft_len: int) -> list[Candidate]:
     """recent_copy_candidates.sql at the current position n = len(tokens): per context length,
     what followed the latest (and second-latest) earlier place with the same context, repeating
-    the distance back where it reaches the present."""
+    the distance back where it reaches the present. The latest places' drafts (lengths ascending),
+    then the second-latest ones': Candidate.key() order."""
     n = len(tokens)
     end = prefix[n]
-    out: list[Candidate] = []
+    latest_drafts: list[Candidate] = []
+    second_drafts: list[Candidate] = []
     drafts: dict[int, list[int]] = {}  # place -> draft (lengths often share the latest place)
     for i, (ctx_len, power) in enumerate(index.lengths):
         if ctx_len > n:
@@ -195,7 +198,7 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
         if seen is None:
             break  # no longer context occurred either (see the module docstring)
         count, latest, second = seen
-        for order, place in ((RECENT, latest), (RECENT_2, second)):
+        for order, place, out in ((RECENT, latest, latest_drafts), (RECENT_2, second, second_drafts)):
             if place == NO_PLACE:
                 continue
             draft = drafts.get(place)
@@ -205,12 +208,13 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
                     tokens[place + k % period] for k in range(draft_len)]
                 drafts[place] = draft
             out.append(Candidate(order, ctx_len, count, n - place, draft))
-    return out
+    return latest_drafts + second_drafts
 
 
-def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
+def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candidate], list[Candidate]]:
     """ngram_all_candidates.sql: the rank-1 and rank-2 continuations at every context length that
-    hits (lengths ascending). ContextTable.row is inlined: this is the hottest loop of a propose."""
+    hits: the rank-1 drafts, then the rank-2 ones, each by length ascending (Candidate.key()
+    order). ContextTable.row is inlined: this is the hottest loop of a propose."""
     bundle = drafter.bundle
     store, draft_len = bundle.store, drafter.draft_len
     keys1, directory1 = bundle.ngram.keys, bundle.ngram.directory
@@ -218,7 +222,8 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
     keys2, directory2 = bundle.ngram_rank2.keys, bundle.ngram_rank2.directory
     count2, pos2 = bundle.ngram_rank2_count, bundle.ngram_rank2_store_pos
     end = prefix[n]
-    out: list[Candidate] = []
+    rank1: list[Candidate] = []
+    rank2: list[Candidate] = []
     for ctx_len, power, (offset, shift), plan2 in drafter.ngram_all_plan:
         if ctx_len > n:
             break
@@ -229,15 +234,15 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> list[Candidate]:
         if row == stop or keys1[row] != key:
             break  # no longer context can hit (see the module docstring)
         at = pos1[row]
-        out.append(Candidate(NGRAM_ALL, ctx_len, count1[row], 0, store[at : at + draft_len].tolist()))
+        rank1.append(Candidate(NGRAM_ALL, ctx_len, count1[row], 0, store[at : at + draft_len].tolist()))
         if plan2 is not None:
             bucket = plan2[0] + (key >> plan2[1])
             stop = directory2[bucket + 1]
             row = bisect_left(keys2, key, directory2[bucket], stop)
             if row < stop and keys2[row] == key:
                 at = pos2[row]
-                out.append(Candidate(NGRAM_RANK2, ctx_len, count2[row], 0, store[at : at + draft_len].tolist()))
-    return out
+                rank2.append(Candidate(NGRAM_RANK2, ctx_len, count2[row], 0, store[at : at + draft_len].tolist()))
+    return rank1, rank2
 
 
 def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
@@ -272,18 +277,18 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, choices: froz
     ngram1, ngram4 = (heads[ngram][:1], heads[ngram][:4]) if ngram is not None else (None, None)
     shared = (len(candidates), candidates[recent].ctx_len if recent is not None else 0,
               candidates[ngram].ctx_len if ngram is not None else 0, longest_copy, completion_pos)
-    picked, rows = [], []
+    picked, flat = [], []  # the rows one after another: numpy reads a flat list of ints fastest
     for i, c in enumerate(candidates):
         if c.order not in choices:
             continue
         head = heads[i]
         head1, head4 = head[:1], head[:4]
         picked.append(i)
-        rows.append((
+        flat += (
             c.order, c.ctx_len, c.count, c.distance,
             agree1[head1] - 1, agree2[head[:2]] - 1, agree4[head4] - 1, agree8[head] - 1,
             *shared, len(set(c.draft)),
             bool(head) and head1 == recent1, bool(head) and head4 == recent4,
             bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
-        ))
-    return picked, np.array(rows, dtype=np.int64).reshape(len(rows), len(feature_columns()))
+        )
+    return picked, np.array(flat, dtype=np.int64).reshape(len(picked), WIDTH)

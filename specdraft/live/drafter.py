@@ -50,7 +50,6 @@ from specdraft.errors import SpecdraftError
 from specdraft.live import keys
 from specdraft.live.bundle import MANIFEST, Bundle, ConfidenceChoice, read_bundle, read_manifest
 from specdraft.live.confidence import (
-    NGRAM_ALL,
     Candidate,
     OnlineStore,
     RecentIndex,
@@ -298,25 +297,24 @@ class Session:
 
     # -- the sources ----------------------------------------------------------------------------
     def _candidates(self) -> list[Candidate]:
-        """Each source's draft at the current position, in the order ties are broken in: the
+        """Each source's draft at the current position, in the order ties are broken in
+        (Candidate.key(): family order, then context length), as the sources give them: the
         seed's four in family order; --preset default adds recent copies and the n-gram at every
-        length (confidence.py), in (family order, context length) order."""
+        length (confidence.py)."""
+        seed = [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(),
+                                            self._backoff_candidate()) if candidate is not None]
         if self._recent is None:
-            return [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(),
-                                                self._backoff_candidate(), self._ngram_candidate())
-                    if candidate is not None]
-        out = [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(), self._backoff_candidate())
-               if candidate is not None]
-        ngram_all = ngram_all_candidates(self.drafter, self._prefix, len(self.tokens))
-        longest = next((c for c in reversed(ngram_all) if c.order == NGRAM_ALL), None)
-        if longest is not None:  # the seed's n-gram: ngram-all's draft at the longest length
-            out.append(Candidate(NGRAM, longest.ctx_len, longest.count, 0, longest.draft))
-        out += recent_candidates(self._recent, self.tokens, self._prefix, self.drafter.draft_len)
-        out += ngram_all
-        store = self.drafter.online_store
+            ngram = self._ngram_candidate()
+            return seed if ngram is None else [*seed, ngram]
+        drafter = self.drafter
+        rank1, rank2 = ngram_all_candidates(drafter, self._prefix, len(self.tokens))
+        if rank1:  # the seed's n-gram: ngram-all's draft at the longest length
+            longest = rank1[-1]
+            seed.append(Candidate(NGRAM, longest.ctx_len, longest.count, 0, longest.draft))
+        out = seed + recent_candidates(self._recent, self.tokens, self._prefix, drafter.draft_len) + rank1 + rank2
+        store = drafter.online_store
         if store is not None:
-            out += store.candidates(self._prefix, len(self.tokens), self.drafter.draft_len)
-        out.sort(key=Candidate.key)
+            out += store.candidates(self._prefix, len(self.tokens), drafter.draft_len)
         return out
 
     def _scores(self, candidates: list[Candidate], trees: bool = False) -> tuple[list[int], list[float]]:

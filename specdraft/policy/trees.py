@@ -158,18 +158,15 @@ def _quickscorer(nodes: pa.Table, n_features: int, baseline: float) -> dict:
                 raise SpecdraftError(f"tree {tree}: a split on feature {feature} at {threshold} is out of range")
             else:
                 numeric[feature].append((int(np.floor(threshold)), tree, fails))
-    # one table: for feature f, row offsets[f] + k is the AND of the masks of its nodes among the
-    # k smallest distinct thresholds; the family's rows follow
     # one table of masks and one sorted array of thresholds for every feature, feature f's
-    # thresholds offset by f * FEATURE_SPAN: for a value x of feature f, searchsorted counts the
-    # thresholds below f * SPAN + x, and row_shift[f] turns that count into f's row. A numeric
-    # feature's row k is the AND of the masks of its splits among its k smallest thresholds; the
-    # family's thresholds are 0 .. MAX_CODES - 2, so a code's count is the code, and its row that
-    # code's failing splits.
+    # thresholds offset by f * FEATURE_SPAN and followed by a bound above any of its values (f *
+    # SPAN + VALUE_LIMIT + 1, below any of feature f + 1's): for a value x of feature f,
+    # searchsorted counts the thresholds and bounds below f * SPAN + x, which is f's rows before
+    # it plus its thresholds below x, so the count is x's row. A numeric feature's row k is the AND
+    # of the masks of its splits among its k smallest thresholds; the family's thresholds are 0 ..
+    # MAX_CODES - 2, so a code's count is the code, and its row that code's failing splits.
     tables = [family_masks]
-    thresholds = [np.arange(MAX_CODES - 1, dtype=np.int64)]
-    shift = [0]
-    before, offset = MAX_CODES - 1, MAX_CODES
+    thresholds = [np.r_[np.arange(MAX_CODES - 1), VALUE_LIMIT + 1].astype(np.int64)]
     for f in range(1, n_features):
         distinct = sorted({t for t, _, _ in numeric[f]})
         index = {t: k + 1 for k, t in enumerate(distinct)}
@@ -177,15 +174,11 @@ def _quickscorer(nodes: pa.Table, n_features: int, baseline: float) -> dict:
         for t, tree, fails in numeric[f]:
             table[index[t], tree] &= np.uint64(fails)
         tables.append(np.bitwise_and.accumulate(table, axis=0))
-        thresholds.append(f * FEATURE_SPAN + np.array(distinct, dtype=np.int64))
-        shift.append(offset - before)
-        before += len(distinct)
-        offset += len(distinct) + 1
+        thresholds.append(f * FEATURE_SPAN + np.array([*distinct, VALUE_LIMIT + 1], dtype=np.int64))
     leaf_values[0] += baseline  # what sklearn's first addition gives, once
     return {
         "masks": np.ascontiguousarray(np.vstack(tables)),
         "thresholds": np.concatenate(thresholds),
-        "row_shift": np.array(shift, dtype=np.int64),
         "feature_base": np.arange(n_features, dtype=np.int64) * FEATURE_SPAN,
         "leaf_values": leaf_values.ravel(),
         # a leaf's value is at tree * MAX_LEAVES + its number, and the popcount below is number + 1
@@ -228,10 +221,11 @@ def _score(scorer: dict, features: np.ndarray) -> np.ndarray:
     single = len(features) == 1
     if single:
         features = np.concatenate([features, features])
-    rows = np.searchsorted(scorer["thresholds"], features + scorer["feature_base"]) + scorer["row_shift"]
-    masks = np.bitwise_and.reduce(scorer["masks"][rows], axis=1)
+    rows = np.searchsorted(scorer["thresholds"], features + scorer["feature_base"])
+    masks = np.bitwise_and.reduce(scorer["masks"].take(rows, axis=0), axis=1)
     # the lowest bit left is the exit leaf: masks ^ (masks - 1) sets it and the bits below
-    exit_leaf = np.bitwise_count(masks ^ (masks - ONE))
+    masks ^= masks - ONE
+    exit_leaf = np.bitwise_count(masks)
     values = scorer["leaf_values"].take((exit_leaf + scorer["leaf_base"]).T)
     total = np.add.reduce(values, axis=0)
     return total[:1] if single else total
