@@ -395,12 +395,23 @@ class Session:
         draft: list[int] = []
         steps: list[tuple[int, int, int]] = []
         stopped = False
+        plan = drafter.backoff_plan
+        # A step can only hit up to one length above the previous step's hit: a context of length
+        # l found in train at position q means its first l - 1 tokens, the previous step's context,
+        # were found at q - 1 (indexed too: positions are indexed in order), so the previous step
+        # hit at the longest length below l at least (and if it missed, no length has one below
+        # l: l is the shortest). The first step's previous step is the walk one token back.
+        # Longer probes would miss; skipping them changes no walk (but one a hash collision would
+        # make hit).
+        first = 0  # the longest length to probe, as a place in plan
         if self._walk is not None:
             at, last_draft, last_steps, last_stopped = self._walk
             ahead = n - at
             if 0 <= ahead <= len(last_draft) and tokens[at:n] == last_draft[:ahead]:
                 draft, steps, stopped = last_draft[ahead:], last_steps[ahead:], last_stopped
-        if not stopped and len(draft) < draft_len and drafter.backoff_plan:
+            elif ahead == 1 and (last_steps or last_stopped):
+                first = max(drafter.backoff_place[last_steps[0][0]] - 1, 0) if last_steps else len(plan) - 1
+        if not stopped and len(draft) < draft_len and plan:
             bundle = drafter.bundle
             picks, counts, totals = bundle.backoff_token, bundle.backoff_count, bundle.backoff_total
             table_keys, directory = bundle.backoff.keys, bundle.backoff.directory  # ContextTable.row, inlined
@@ -409,13 +420,8 @@ class Session:
             for token in draft:
                 hashes.append((hashes[-1] * B + token + 1) % M)
             draft, steps = list(draft), list(steps)
-            plan = drafter.backoff_plan
-            # A step can only hit up to one length above the previous step's hit: a context of
-            # length l found in train at position q means its first l - 1 tokens, the previous
-            # step's context, were found at q - 1 (indexed too: positions are indexed in order), so
-            # the previous step hit at the longest length below l at least. Longer probes would
-            # miss; skipping them changes no walk (but one a hash collision would make hit).
-            first = max(drafter.backoff_place[steps[-1][0]] - 1, 0) if steps else 0
+            if steps:
+                first = max(drafter.backoff_place[steps[-1][0]] - 1, 0)
             while len(draft) < draft_len:
                 known = n + len(draft)
                 end = len(hashes) - 1

@@ -221,7 +221,7 @@ def _score(scorer: dict, features: np.ndarray) -> np.ndarray:
     single = len(features) == 1
     if single:
         features = np.concatenate([features, features])
-    rows = np.searchsorted(scorer["thresholds"], features + scorer["feature_base"])
+    rows = scorer["thresholds"].searchsorted(features + scorer["feature_base"])  # the method: no dispatch wrapper
     masks = np.bitwise_and.reduce(scorer["masks"].take(rows, axis=0), axis=1)
     # the lowest bit left is the exit leaf: masks ^ (masks - 1) sets it and the bits below
     masks ^= masks - ONE
