@@ -536,13 +536,10 @@ def backoff_raw(steps: list[tuple[int, int, int]]) -> float:
 
 
 def first_best(scores: list[float]) -> int:
-    """The index of the first highest score (evaluate._pick: Python's max keeps the first).
+    """The index of the first highest score (evaluate._pick: Python's max keeps the first, and
+    index finds the first equal to it; scores are never NaN).
 
     >>> first_best([1.0, 3.0, 3.0, 2.0])
     1
     """
-    best = 0
-    for i in range(1, len(scores)):
-        if scores[i] > scores[best]:
-            best = i
-    return best
+    return scores.index(max(scores))
