@@ -385,6 +385,8 @@ class Session:
         draft, steps = self._backoff_walk()
         if not steps:
             return None
+        if self._recent is not None:  # --preset default: the trees score it, not its raw score
+            return Candidate(BACKOFF, steps[0][0], 0, 0, draft)
         return Candidate(BACKOFF, steps[0][0], 0, 0, draft, f"backoff:{steps[0][0]}", backoff_raw(steps), steps)
 
     def _backoff_walk(self) -> tuple[list[int], list[tuple[int, int, int]]]:
