@@ -41,7 +41,7 @@ RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
     families.ORDER[name] for name in ("recent-copy", "recent-copy-2", "ngram-all", "ngram-rank2"))
 COPY, NGRAM, ONLINE = families.ORDER["copy"], families.ORDER["ngram"], families.ORDER["online"]
 NO_PLACE = -1
-WIDTH = len(feature_columns())  # a feature row's
+WIDTH = len(feature_columns())  # the columns of a feature row
 
 
 class Candidate:
@@ -54,10 +54,6 @@ class Candidate:
                  source: str = "", raw: float = 0.0, steps=None) -> None:
         self.order, self.ctx_len, self.count, self.distance = order, ctx_len, count, distance
         self.draft, self.source, self.raw, self.steps = draft, source, raw, steps
-
-    def key(self) -> tuple[int, int]:
-        """eval_features.sql's order within a position: family order, then context length."""
-        return self.order, self.ctx_len
 
 
 class RecentIndex:
@@ -185,7 +181,7 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
     """recent_copy_candidates.sql at the current position n = len(tokens): per context length,
     what followed the latest (and second-latest) earlier place with the same context, repeating
     the distance back where it reaches the present. The latest places' drafts (lengths ascending),
-    then the second-latest ones': Candidate.key() order."""
+    then the second-latest ones': (family order, context length) order."""
     n = len(tokens)
     end = prefix[n]
     latest_drafts: list[Candidate] = []
@@ -213,8 +209,8 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
 
 def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candidate], list[Candidate]]:
     """ngram_all_candidates.sql: the rank-1 and rank-2 continuations at every context length that
-    hits: the rank-1 drafts, then the rank-2 ones, each by length ascending (Candidate.key()
-    order). ContextTable.row is inlined: this is the hottest loop of a propose."""
+    hits: the rank-1 drafts, then the rank-2 ones, each by length ascending ((family order,
+    context length) order). ContextTable.row is inlined: this is the hottest loop of a propose."""
     bundle = drafter.bundle
     store, draft_len = bundle.store, drafter.draft_len
     keys1, directory1 = bundle.ngram.keys, bundle.ngram.directory
@@ -247,8 +243,8 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candi
 
 def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
     """The indexes of the candidates of the `choices` families and their feature matrix (candidate_features.sql, in
-    feature_columns() order) over the whole set at the position, which is sorted by
-    Candidate.key(). The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
+    feature_columns() order) over the whole set at the position, which is in (family order,
+    context length) order. The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
     each level summed from the distinct keys of the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
     agree8: dict[tuple, int] = {}

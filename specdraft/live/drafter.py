@@ -298,7 +298,7 @@ class Session:
     # -- the sources ----------------------------------------------------------------------------
     def _candidates(self) -> list[Candidate]:
         """Each source's draft at the current position, in the order ties are broken in
-        (Candidate.key(): family order, then context length), as the sources give them: the
+        (eval_features.sql's: family order, then context length), as the sources give them: the
         seed's four in family order; --preset default adds recent copies and the n-gram at every
         length (confidence.py)."""
         seed = [candidate for candidate in (self._copy_candidate(), self._prompt_candidate(),
