@@ -43,14 +43,18 @@ def test_curves_fall_with_depth_and_match_the_calibration_rates():
     assert np.array_equal(back.survival, curves.survival) and np.array_equal(back.edges, curves.edges)
 
 
+# token ids as Qwen's (18 bits, three to a sort key) and wide enough for one to a key
+@pytest.mark.parametrize("id_offset", [0, 151_000, 1 << 40])
 @pytest.mark.parametrize("chunk_rows", [7, 1 << 16])
-def test_vectorised_trees_equal_the_live_builder(monkeypatch, chunk_rows):
+def test_vectorised_trees_equal_the_live_builder(monkeypatch, chunk_rows, id_offset):
     rng = np.random.default_rng(2)
     curves = _curves(rng)
     drafts, flat, accepted, actual = _positions(rng, 300)
+    drafts = [[token + id_offset for token in draft] for draft in drafts]
+    actual = [[token + id_offset for token in truth] for truth in actual]
     raw = rng.normal(size=len(drafts))
     monkeypatch.setattr(draft_trees, "CHUNK_ROWS", chunk_rows)  # chunks never split a position
-    held = tree_holdings(curves, raw, flat, pa.array(drafts, pa.list_(pa.int32())), (1, 5, 16, 64))
+    held = tree_holdings(curves, raw, flat, pa.array(drafts, pa.list_(pa.int64())), (1, 5, 16, 64))
     got = {budget: tree_accepted(accepted, flat, values, 301) for budget, values in held.items()}
     for budget, values in got.items():
         want, want_held = [], []
