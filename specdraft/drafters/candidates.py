@@ -1,7 +1,9 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
     query_positions -> copy_candidates   (SQL: window over context keys of the same trace)
-                    -> ngram_candidates  (SQL: join with exact_continuations)
+                    -> ngram_choices     (SQL: each context's two continuations to draft; by
+                                          support under --preset default, ngram_paths.py)
+                    -> ngram_candidates  (SQL: join with ngram_choices)
                     -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
                     -> prompt_candidates (Python text rules, autocomplete.py)
                     -> recent_copy_candidates, ngram_all_candidates (beyond the seed)
@@ -21,6 +23,7 @@ from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_candidates
+from specdraft.drafters.ngram_paths import build_ngram_choices
 from specdraft.policy import policy_for
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
@@ -66,6 +69,8 @@ def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig)
 
 def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path) -> None:
     build_query_positions(wh, cfg)
+    policy = policy_for(cfg.preset)
+    build_ngram_choices(wh, cfg, policy.ngram_by_support)
     traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
     # Prompt autocomplete is Python over text; the SQL sources and the walk's searches are DuckDB
     # and numpy, which let go of the GIL: the two run side by side (on the development set the
@@ -82,7 +87,6 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
         )
         wh.store("backoff_candidates", backoff_candidates(wh, cfg))
         wh.store("prompt_candidates", prompt.result())
-    policy = policy_for(cfg.preset)
     for table, family in (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all")):
         wh.materialize(f"drafters/{table}", {"enabled": family in policy.families, "draft_len": cfg.draft_len})
     wh.materialize("drafters/online_candidates",

@@ -69,6 +69,7 @@ JSON_FILES = ("config.json", "policy.json")
 
 def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     """Write the bundle of a recorded run (default: the latest) to `out`; returns its manifest."""
+    from specdraft.drafters.ngram_paths import build_ngram_choices
     from specdraft.report.results import load_run
     from specdraft.sources.tokenizer import load_tokenizer
     from specdraft.tables.ngrams import rank_continuations_here, ranks_every_context
@@ -87,10 +88,15 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
         raise SpecdraftError(f"{out}: exists and is not a drafter bundle; choose another --out")
+    # how the run chose its n-gram drafts (ngram_choices.sql; runs recorded before the choice by
+    # support drafted the most frequent continuation)
+    by_support = (results.get("policy") or {}).get("ngram_choice") == "support"
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         check_tables_are_the_runs(wh, cfg, results)
-        if not ranks_every_context(wh):  # a live prompt may hit any context: rank them all (ranks 1, 2)
-            rank_continuations_here(wh, cfg, top_k=2)
+        if not ranks_every_context(wh):  # a live prompt may hit any context: rank them all
+            # (the two most frequent, or as many as the choice by support reads)
+            rank_continuations_here(wh, cfg, top_k=cfg.max_continuations_per_context if by_support else 2)
+        build_ngram_choices(wh, cfg, by_support, temp=True)  # over every context, read instead of the run's
         store, starts = _store(wh)
         lookups = {"ngram.arrow": _ngram(wh, len(store), cfg.draft_len, rank=1), "backoff.arrow": _backoff(wh, cfg)}
         tables = {"store.arrow": pa.table({"token_id": store})}

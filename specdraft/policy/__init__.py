@@ -28,6 +28,9 @@ class Policy(Protocol):
     # their features (candidate_features.sql) rather than the drafts alone.
     families: ClassVar[tuple[str, ...]]
     reads_features: ClassVar[bool]
+    # Whether the n-gram drafts each context's most supported path rather than its most frequent
+    # continuation (sql/drafters/ngram_choices.sql).
+    ngram_by_support: ClassVar[bool]
     # Modules calibrate() imports that take seconds to load (sklearn: about 2 s); the pipeline
     # imports them in a background thread while the earlier stages run.
     slow_imports: ClassVar[tuple[str, ...]]

@@ -105,6 +105,7 @@ class ConfidencePolicy:
 
     families: ClassVar[tuple[str, ...]] = families.NAMES
     reads_features: ClassVar[bool] = True
+    ngram_by_support: ClassVar[bool] = True
     slow_imports: ClassVar[tuple[str, ...]] = ("sklearn.ensemble",)
 
     model: object  # the fitted HistGradientBoostingRegressor, or None when there was nothing to learn
@@ -193,6 +194,8 @@ class ConfidencePolicy:
             "scored": [f for f in IN_TREES if f not in self.excluded],
             "trees": TREES,
             "leaves": LEAVES,
+            # how its n-gram drafts were chosen (ngram_choices.sql), which export chooses again
+            "ngram_choice": "support" if self.ngram_by_support else "count",
             "features": list(feature_columns()),
             "calibration_drafts": self.calibration_drafts,
             "calibration_positions": self.calibration_positions,

@@ -1,9 +1,10 @@
 -- out: ngram_candidates
 -- grain: trace_id, pos
--- reads: query_context_keys, query_positions, exact_continuations, selected_traces
+-- reads: query_context_keys, query_positions, ngram_choices, selected_traces
 -- params: $context_lengths INTEGER[], $draft_len BIGINT
 -- Global n-gram: the longest context length whose last known tokens were seen in train; its
--- most frequent continuation (rank 1). The score's log1p(count) term is added in Python.
+-- first choice of continuation (ngram_choices.sql: under --preset seed the most frequent, rank 1).
+-- The score's log1p(count) term is added in Python.
 with hits as materialized (
     select
         q.trace_id,
@@ -14,7 +15,7 @@ with hits as materialized (
         arg_max(e.src_pos, k.ctx_len) as src_pos
     from query_positions as q
     join query_context_keys as k using (trace_id, pos)
-    join exact_continuations as e on e.ctx_len = k.ctx_len and e.ctx_hash = k.ctx_hash and e.rank = 1
+    join ngram_choices as e on e.ctx_len = k.ctx_len and e.ctx_hash = k.ctx_hash and e.choice = 1
     where list_contains($context_lengths, k.ctx_len)
     group by q.trace_id, q.pos
 ),

@@ -1,10 +1,10 @@
 -- out: bundle_ngram
 -- grain: ctx_len, ctx_hash
--- reads: exact_continuations, selected_traces
+-- reads: ngram_choices, selected_traces
 -- params: $rank INTEGER
--- The global n-gram as its sources read it: per context, its $rank-th most frequent continuation
--- (rank 1: the seed's n-gram and ngram-all; rank 2: ngram-rank2, --preset default) with its
--- count, and where its tokens start in the bundle's token store (the same train-order offsets
+-- The global n-gram as its sources read it: per context, its $rank-th choice of continuation
+-- (ngram_choices.sql; 1: the seed's n-gram and ngram-all; 2: ngram-rank2, --preset default) with
+-- its count, and where its tokens start in the bundle's token store (the same train-order offsets
 -- as bundle_store.sql).
 with store as (
     select
@@ -19,7 +19,7 @@ select
     e.ctx_hash,
     e.count,
     s.store_start + e.src_pos as store_pos
-from exact_continuations as e
+from ngram_choices as e
 join store as s on s.trace_id = e.src_trace_id
-where e.rank = $rank
+where e.choice = $rank
 order by e.ctx_len, e.ctx_hash

@@ -1,0 +1,81 @@
+"""The global n-gram's choice of continuation by support (--preset default).
+
+A draft is accepted up to its first wrong token, so what it is worth is the chance that its first
+token is right, plus the chance that its first two are, and so on. A context's ranked
+continuations (exact_continuations: up to --max-continuations-per-context, with their counts)
+estimate those chances: a continuation's support at depth d is the summed count of the
+continuations that share its first d tokens (its own included). The path is chosen depth by depth:
+the continuation whose supports are the greatest, element by element (the most shared first
+token, then the most shared first two tokens among those, ...), ties to the more frequent. It is
+SuffixDecoding's greedy path through its suffix tree, over the ranked continuations. The most
+frequent continuation is off the path when a group of others shares a first token more often
+than it appears (on the development set, at a third of the eval positions' contexts with several
+continuations; their path drafts got 2.351 accepted tokens against the most frequent's 2.268).
+
+>>> rows = pa.table({"ctx_len": [2, 2, 2, 3], "ctx_hash": [7, 7, 7, 9], "rank": [1, 2, 3, 1],
+...                  "count": [4, 3, 2, 5], "draft": [[5, 6], [8, 1], [8, 2], [1]]})
+>>> path_choices(rows).to_pylist()  # 8 starts 3 + 2 = 5 continuations, 5 only 4
+[{'ctx_len': 2, 'ctx_hash': 7, 'rank': 2}, {'ctx_len': 3, 'ctx_hash': 9, 'rank': 1}]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from specdraft.config import RunConfig
+from specdraft.policy.draft_trees import packed_token_keys
+from specdraft.warehouse.connection import Warehouse
+
+PATH_CHOICES_SCHEMA = pa.schema([("ctx_len", pa.int32()), ("ctx_hash", pa.int64()), ("rank", pa.int64())])
+
+
+def build_ngram_choices(wh: Warehouse, cfg: RunConfig, by_support: bool, temp: bool = False) -> None:
+    """Each context's two continuations to draft (ngram_choices.sql) from exact_continuations: the
+    two most frequent, or with by_support the one on its most supported path and then the most
+    frequent other."""
+    chosen = [path_choices(wh.query("drafters/ngram_path_drafts",
+                                    {"ctx_len": ctx_len, "draft_len": cfg.draft_len}).to_arrow_table())
+              for ctx_len in (cfg.context_lengths if by_support else ())]
+    wh.register("path_choices", pa.concat_tables([PATH_CHOICES_SCHEMA.empty_table(), *chosen]))
+    wh.materialize("drafters/ngram_choices", temp=temp)
+
+
+def path_choices(drafts: pa.Table) -> pa.Table:
+    """(ctx_len, ctx_hash, rank) of each context's continuation on its most supported path, from
+    rows (ctx_len, ctx_hash, rank, count, draft) in context and rank order."""
+    n = drafts.num_rows
+    if not n:
+        return PATH_CHOICES_SCHEMA.empty_table()
+    tokens_of = drafts.column("draft").combine_chunks()
+    lengths = pc.list_value_length(tokens_of).fill_null(0).to_numpy().astype(np.int64)
+    width = max(int(lengths.max()), 1)
+    tokens = np.full((n, width), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(n), lengths)
+    tokens[rows, np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
+        pc.list_flatten(tokens_of).to_numpy())
+    ctx_len = drafts.column("ctx_len").to_numpy()
+    ctx_hash = drafts.column("ctx_hash").to_numpy()
+    new_context = np.r_[True, (ctx_len[1:] != ctx_len[:-1]) | (ctx_hash[1:] != ctx_hash[:-1])]
+    context = np.cumsum(new_context) - 1
+    # a context's continuations sorted by their tokens: those sharing a first d tokens are
+    # consecutive, and a shorter one comes before the longer ones it starts
+    order = np.lexsort((*packed_token_keys(tokens), context))
+    tokens, context_sorted = tokens[order], context[order]
+    count = drafts.column("count").to_numpy().astype(np.int64)[order]
+    shared = np.r_[0, np.where(context_sorted[1:] == context_sorted[:-1],
+                               np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(axis=1), 0)]
+    support = np.zeros((n, width), dtype=np.int64)
+    for depth in range(width):
+        starts = shared <= depth  # a new run of rows sharing the first depth + 1 tokens
+        run = np.cumsum(starts) - 1
+        sums = np.add.reduceat(count, np.flatnonzero(starts))
+        support[:, depth] = np.where(tokens[:, depth] >= 0, sums[run], 0)
+    rank = drafts.column("rank").to_numpy()[order]
+    # per context: the greatest supports, element by element, then the lowest rank
+    best = np.lexsort((rank, *(-support[:, depth] for depth in reversed(range(width))), context_sorted))
+    first = best[np.r_[True, context_sorted[best][1:] != context_sorted[best][:-1]]]
+    at = order[first]
+    return pa.table({"ctx_len": pa.array(ctx_len[at], pa.int32()), "ctx_hash": pa.array(ctx_hash[at], pa.int64()),
+                     "rank": pa.array(rank[first], pa.int64())})
