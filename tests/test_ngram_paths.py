@@ -6,6 +6,7 @@ the others in count order (and under --preset seed is the count ranking itself).
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -48,8 +49,11 @@ def test_path_choice_is_the_rule(contexts, id_offset):
         rows += [(ctx_len, ctx_hash, rank, count, tokens) for rank, count, tokens in context]
         want.append({"ctx_len": ctx_len, "ctx_hash": ctx_hash, "rank": supported_rank(context)})
     rows.sort(key=lambda row: row[:3])
-    table = pa.table(dict(zip(("ctx_len", "ctx_hash", "rank", "count", "draft"), map(list, zip(*rows)))))
-    got = path_choices(table).to_pylist()
+    table = pa.table(dict(zip(("ctx_len", "ctx_hash", "rank", "count"), map(list, zip(*(row[:4] for row in rows))))))
+    tokens = np.full((len(rows), 5), -1, dtype=np.int64)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row[4])] = row[4]
+    got = path_choices(table, tokens).to_pylist()
     assert sorted(got, key=lambda r: (r["ctx_len"], r["ctx_hash"])) == sorted(want, key=lambda r: (r["ctx_len"], r["ctx_hash"]))
 
 

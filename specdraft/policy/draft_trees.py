@@ -184,15 +184,26 @@ def packed_token_keys(tokens: np.ndarray) -> list[np.ndarray]:
     >>> np.lexsort(packed_token_keys(tokens)).tolist()
     [2, 1, 0]
     """
-    n, width = tokens.shape
-    bits = max(int(tokens.max(initial=0)) + 1, 1).bit_length()
+    return packed_keys(tokens + 1)
+
+
+def packed_keys(values: np.ndarray) -> list[np.ndarray]:
+    """np.lexsort keys (the last the primary) that sort rows of non-negative ints as one key per
+    column would, the first column first: the columns packed several to an int64, each in as many
+    bits as the largest value needs, the earlier column in the higher bits.
+
+    >>> np.lexsort(packed_keys(np.array([[3, 0], [1, 7], [1, 2]]))).tolist()
+    [2, 1, 0]
+    """
+    n, width = values.shape
+    bits = max(int(values.max(initial=0)), 1).bit_length()
     per = max(63 // bits, 1)
     keys = []
     for start in range(0, width, per):
         key = np.zeros(n, dtype=np.int64)
         for j in range(start, min(start + per, width)):
             key <<= bits
-            key |= tokens[:, j] + 1
+            key |= values[:, j]
         keys.append(key)
     return keys[::-1]
 
