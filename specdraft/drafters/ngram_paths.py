@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import RunConfig
-from specdraft.policy.draft_trees import packed_keys, packed_token_keys
+from specdraft.tables.hashing import packed_keys, packed_token_keys
 from specdraft.warehouse.connection import Warehouse
 
 PATH_CHOICES_SCHEMA = pa.schema([("ctx_len", pa.int32()), ("ctx_hash", pa.int64()), ("rank", pa.int64())])
