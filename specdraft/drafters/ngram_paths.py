@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import RunConfig
-from specdraft.tables.hashing import packed_keys, packed_token_keys
+from specdraft.tables.hashing import packed_keys, prefix_order
 from specdraft.warehouse.connection import Warehouse
 
 PATH_CHOICES_SCHEMA = pa.schema([("ctx_len", pa.int32()), ("ctx_hash", pa.int64()), ("rank", pa.int64())])
@@ -87,11 +87,9 @@ def path_choices(contexts: pa.Table, tokens: np.ndarray) -> pa.Table:
     context = np.cumsum(new_context) - 1
     # a context's continuations sorted by their tokens: those sharing a first d tokens are
     # consecutive, and a shorter one comes before the longer ones it starts
-    order = np.lexsort((*packed_token_keys(tokens), context))
+    order, shared = prefix_order(tokens, context)
     tokens, context_sorted = tokens[order], context[order]
     count = contexts.column("count").to_numpy().astype(np.int64)[order]
-    shared = np.r_[0, np.where(context_sorted[1:] == context_sorted[:-1],
-                               np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(axis=1), 0)]
     support = np.zeros((n, width), dtype=np.int64)
     for depth in range(width):
         starts = shared <= depth  # a new run of rows sharing the first depth + 1 tokens

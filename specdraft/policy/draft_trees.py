@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from specdraft.errors import SpecdraftError
 from specdraft.policy.runs import rank_in_runs, run_starts
-from specdraft.tables.hashing import key_order, packed_token_keys
+from specdraft.tables.hashing import key_order, prefix_order
 
 TREE_BUDGETS = (16, 32, 64)  # tokens per tree, reported as tree_b16, tree_b32, tree_b64
 TREE_DRAFTS = 8  # a tree is built from the position's best distinct drafts, at most this many
@@ -192,15 +192,12 @@ def _chunk_holdings(curves, raw, flat, drafts, budgets) -> dict[int, np.ndarray]
     rows = np.repeat(np.arange(n), lengths)
     tokens[rows, np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
         pc.list_flatten(drafts).to_numpy())
-    order = np.lexsort((*packed_token_keys(tokens), flat))
-    tokens, lengths, position = tokens[order], lengths[order], flat[order]
+    order, shared = prefix_order(tokens, flat)
+    lengths, position = lengths[order], flat[order]
     levels = np.unique(curves.survival)
     level_rank = len(levels) - 1 - np.searchsorted(levels, curves.survival)  # (bins, width)
     row_chance = level_rank[np.searchsorted(curves.edges, raw[order], side="right")]
     exists = np.arange(width)[None, :] < lengths[:, None]
-    same_run = np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(axis=1)
-    shared = np.r_[0, np.where(position[1:] == position[:-1],
-                               np.minimum(same_run, np.minimum(lengths[1:], lengths[:-1])), 0)]
     local = np.cumsum(np.r_[0, position[1:] != position[:-1]])  # each row's position, numbered 0, 1, ...
     # the nodes, depth by depth: the row that starts each, its chance, first draft and position
     node_of = np.full((n, width), -1, dtype=np.int64)

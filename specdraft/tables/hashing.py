@@ -114,6 +114,23 @@ def packed_token_keys(tokens: np.ndarray) -> list[np.ndarray]:
     return packed_keys(tokens + 1)
 
 
+def prefix_order(tokens: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (tokens, -1 past each one's end) sorted by group and then token by token, so that
+    the rows of a group sharing their first d tokens are consecutive and a shorter row comes before
+    the longer ones it starts; and how many leading tokens each sorted row shares with the row
+    before it in its group (0 for a group's first row; the -1s are never shared).
+
+    >>> order, shared = prefix_order(np.array([[4, 2, -1], [4, 1, 5], [3, 3, 3], [4, 2, 7], [4, 2, -1]]),
+    ...                              np.zeros(5))
+    >>> order.tolist(), shared.tolist()
+    ([2, 1, 0, 4, 3], [0, 0, 1, 2, 2])
+    """
+    order = np.lexsort((*packed_token_keys(tokens), group))
+    tokens, group = tokens[order], group[order]
+    same = np.cumprod((tokens[1:] == tokens[:-1]) & (tokens[1:] >= 0), axis=1).sum(axis=1)
+    return order, np.r_[0, np.where(group[1:] == group[:-1], same, 0)]
+
+
 def packed_keys(values: np.ndarray) -> list[np.ndarray]:
     """np.lexsort keys (the last the primary) that sort rows of non-negative ints as one key per
     column would, the first column first: the columns packed several to an int64, each in as many
