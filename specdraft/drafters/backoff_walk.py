@@ -21,14 +21,11 @@ from fractions import Fraction
 import numpy as np
 import pyarrow as pa
 
-from specdraft.config import RunConfig
+from specdraft.config import NUMPY_THREADS, RunConfig
 from specdraft.tables.hashing import RowPrefixHashes, key_order
 from specdraft.warehouse.connection import Warehouse
 
 PAD = -1
-# The walk and its reads run on two threads (this machine's cores): its lookups are numpy and DuckDB,
-# which let go of the GIL
-THREADS = 2
 BYTES_PER_PICK = 24  # a key (8 bytes), its row, token, count and total (4 each, where they fit)
 
 
@@ -67,7 +64,7 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     width = max(lengths) if lengths else 1
     trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
     with ExitStack() as readers:  # the walk reads backoff_top_tokens, built and committed
-        lookups = [readers.enter_context(wh.outside_transaction()) for _ in range(THREADS)]
+        lookups = [readers.enter_context(wh.outside_transaction()) for _ in range(NUMPY_THREADS)]
         if len(known) and LengthPicks.fit_beside(lookups[0]):
             picks = LengthPicks.read_all(lookups, lengths)
             wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
@@ -80,12 +77,12 @@ def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
 
 def _walk_in_parts(picks: dict[int, LengthPicks], lengths: list[int], width: int, known: np.ndarray,
                    matrix: np.ndarray, draft_len: int):
-    """_walk over THREADS runs of consecutive walks side by side, their steps concatenated: each
+    """_walk over NUMPY_THREADS runs of consecutive walks side by side, their steps concatenated: each
     walk is its own (the picks are only read), and numpy lets go of the GIL in the steps' array
     work. On the development set's 106,963 walks: 0.47 s against 0.99 s in one."""
-    cuts = np.linspace(0, len(known), THREADS + 1).astype(np.int64)
+    cuts = np.linspace(0, len(known), NUMPY_THREADS + 1).astype(np.int64)
     parts = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
-    with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="backoff-walk") as pool:
+    with ThreadPoolExecutor(max_workers=NUMPY_THREADS, thread_name_prefix="backoff-walk") as pool:
         walked = list(pool.map(lambda part: _walk(picks, lengths, width, known[part[0]:part[1]],
                                                   matrix[part[0]:part[1]], draft_len), parts))
     return tuple(np.concatenate(columns) for columns in zip(*walked))
