@@ -10,7 +10,7 @@ import pytest
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from specdraft.errors import SpecdraftError
-from specdraft.policy.confidence import LEAVES, raw_predict
+from specdraft.policy.confidence import LEAVES, model_rows, raw_predict
 from specdraft.policy.trees import TreeEnsemble
 
 
@@ -62,6 +62,17 @@ def test_raw_predict_is_sklearns_own_walk(fitted):
     assert np.array_equal(raw_predict(model, matrix), model._raw_predict(matrix.astype(np.float64))[:, 0])
     unseen, _ = _data(4, 5_000, list(range(9)))
     assert np.array_equal(raw_predict(model, unseen), model._raw_predict(unseen.astype(np.float64))[:, 0])
+
+
+def test_model_rows_are_sklearns_preprocessed_rows(fitted):
+    """model_rows (raw_predict's input, made without sklearn's ColumnTransformer) equals
+    _preprocess_X: the family codes as category indices, the ones the fit never saw NaN."""
+    model, _ = fitted
+    matrix, _ = _data(5, 5_000, list(range(9)))
+    expected = model._preprocess_X(matrix.astype(np.float64), reset=False)
+    assert np.isnan(expected[:, 0]).any() and (expected[:, 0] == 3).any()  # unseen codes, and code 5 -> index 3
+    assert np.array_equal(model_rows(model, matrix), expected, equal_nan=True)
+    assert model_rows(model, matrix[:0]).shape == (0, matrix.shape[1])
 
 
 def test_the_node_table_survives_arrow_ipc(fitted, tmp_path):

@@ -218,9 +218,7 @@ def raw_predict(model, matrix: np.ndarray) -> np.ndarray:
     1.70 s)."""
     from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
 
-    # as _raw_predict prepares them: checked, and the family codes as the fit's category indices
-    # (a family it never saw is a missing value)
-    rows = model._preprocess_X(np.asarray(matrix, dtype=np.float64), reset=False)
+    rows = model_rows(model, matrix)
     mapper = model._bin_mapper
     binned = mapper.transform(rows)
     raw = np.zeros(len(rows), dtype=model._baseline_prediction.dtype)
@@ -231,12 +229,33 @@ def raw_predict(model, matrix: np.ndarray) -> np.ndarray:
     return raw
 
 
+def model_rows(model, matrix: np.ndarray) -> np.ndarray:
+    """The rows as sklearn's _raw_predict prepares them (_preprocess_X): float64, with the family
+    codes (column 0, the one categorical feature) as the fit's category indices, a family it never
+    saw a missing value (NaN). Its ColumnTransformer makes them with an encoder and a copy of the
+    numeric columns, stacked: 0.43 s of the development set's 942,397 eval drafts, against 0.05 s
+    here. exported_trees checks every fit's predictions against sklearn's own _raw_predict."""
+    rows = np.array(matrix, dtype=np.float64, order="C")  # a copy: column 0 is rewritten
+    if not len(rows):
+        return rows
+    encoder = model._preprocessor.named_transformers_["encoder"]
+    if list(model.is_categorical_) != [True] + [False] * (rows.shape[1] - 1) or len(encoder.categories_) != 1:
+        raise SpecdraftError("confidence model: expected the family (column 0) as its one categorical feature")
+    categories = np.asarray(encoder.categories_[0], dtype=np.float64)  # sorted, as OrdinalEncoder keeps them
+    family = rows[:, 0]
+    at = np.minimum(np.searchsorted(categories, family), len(categories) - 1)
+    rows[:, 0] = np.where(categories[at] == family, at, np.nan)
+    return rows
+
+
 def exported_trees(model, matrix: np.ndarray, sample: int = 4096) -> TreeEnsemble:
     """The fitted model as a TreeEnsemble, after checking that it predicts bit for bit what sklearn
     does on (a sample of) the training rows: the live drafter scores with it."""
     trees = TreeEnsemble.from_sklearn(model)
     rows = matrix[np.linspace(0, len(matrix) - 1, min(sample, len(matrix))).astype(np.int64)]
-    if not np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)):
+    # sklearn's own prediction (its _preprocess_X too, model_rows' reference), here and below
+    expected = model._raw_predict(rows)[:, 0]
+    if not (np.array_equal(trees.raw_predict(rows), expected) and np.array_equal(raw_predict(model, rows), expected)):
         raise SpecdraftError("confidence model: the exported trees do not predict what sklearn predicts "
                              "(has HistGradientBoostingRegressor's tree layout changed?)")
     return trees
