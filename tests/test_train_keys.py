@@ -63,10 +63,14 @@ def column_types(wh: Warehouse, table: str) -> list[tuple[str, str]]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=traces, draft_len=st.integers(1, 4), cap=st.integers(0, 30), backoff_cap=st.integers(0, 30),
-       from_trace=st.integers(0, 4), block=st.sampled_from([1, 3, train_keys.KEY_BLOCK]))
-def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace, block):
+       from_trace=st.integers(0, 4), block=st.sampled_from([1, 3, train_keys.KEY_BLOCK]),
+       hash_block=st.sampled_from([1, 10, train_keys.HASH_BLOCK]))
+def test_train_keys_are_position_keys_sql(tmp_path_factory, traces, draft_len, cap, backoff_cap, from_trace, block,
+                                          hash_block):
+    # KEY_BLOCK: positions keyed at a time; HASH_BLOCK: positions of whole traces summed at a time
     with warehouse_with_sql_keys(tmp_path_factory.mktemp("keys"), traces, draft_len, cap, backoff_cap,
-                                 from_trace) as wh, mock.patch.object(train_keys, "KEY_BLOCK", block):
+                                 from_trace) as wh, mock.patch.object(train_keys, "KEY_BLOCK", block), \
+            mock.patch.object(train_keys, "HASH_BLOCK", hash_block):
         keys = TrainKeys.build(wh, draft_len, cap, backoff_cap, from_trace)
         expected_rows = wh.run_text("select count(*) from sql_keys").fetchall()[0][0]
         assert len(keys) == expected_rows

@@ -22,17 +22,20 @@ keeps the SQL table (tests/test_train_keys.py checks the two equal).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from specdraft.config import NUMPY_THREADS
 from specdraft.errors import SpecdraftError
 from specdraft.tables.hashing import P1, P2, SHIFT, inverse_params, mod, power_params
 from specdraft.warehouse.connection import Warehouse
 
 BATCH_ROWS = 1 << 17  # rows per Arrow record batch: DuckDB scans batches in parallel
 KEY_BLOCK = 1 << 16  # positions hashed at a time (TrainKeys.key)
+HASH_BLOCK = 1 << 19  # positions of whole traces summed at a time (TrainKeys.build), a block a thread
 # What a train position holds while the keys exist: base (trace_id, pos, token_id: 4 bytes each;
 # continuation_hash, exact_order, backoff_order: 8), prefix sums and end powers under two primes
 # (32), one length's key (8) and its Arrow copy with the other columns' (another 44, at() copies
@@ -88,24 +91,44 @@ class TrainKeys:
         powers = wh.query("tables/hash_power_rows").fetchnumpy()
         if n and len(powers["pos"]) < int(n_tokens.max()):
             raise SpecdraftError("hash_powers is shorter than the longest train trace (build_hash_powers first)")
+        prefix = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+        end_pow = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+        continuation = np.empty(n, dtype=np.int64)
+
+        def hash_block(first: int, stop: int) -> None:
+            """The sums of traces first..stop - 1, whose positions are consecutive: each trace's
+            sums start at its own first position, so a block of whole traces is its own."""
+            lo, hi = int(starts[first]), int(starts[first] + n_tokens[first:stop].sum())
+            if hi == lo:
+                return
+            block_pos, block_len = pos[lo:hi], trace_len[lo:hi]
+            block_trace = row_trace[lo:hi] - first
+            block_starts, block_sizes = starts[first:stop] - lo, n_tokens[first:stop]
+            values = token_id[lo:hi].astype(np.int64) + 1
+            ahead = np.minimum(np.arange(hi - lo, dtype=np.int64) + draft_len, max(hi - lo - 1, 0))
+            inside = block_pos + draft_len < block_len
+            hashes = []
+            for i, p in enumerate(_PRIMES):
+                b_pos = powers[f"b{i + 1}"].astype(np.int64)[block_pos]
+                term = mod(values * powers[f"binv{i + 1}"].astype(np.int64)[block_pos], p)
+                running = np.cumsum(term)  # exact: below 2^62 for traces under 2^31 tokens
+                before = running - term
+                c = before - before[block_starts][block_trace]  # the sum of the terms before pos, in its trace
+                total = (running[block_starts + block_sizes - 1] - before[block_starts])[block_trace]
+                c_ahead = np.where(inside, c[ahead] if hi > lo else c, total)
+                tail_pow = mod(b_pos * tail[f"pow{i + 1}"], p)
+                hashes.append(mod(mod(c_ahead - c, p) * tail_pow, p))
+                mod(c, p, out=prefix[i][lo:hi])
+                mod(b_pos * inverse[f"inv{i + 1}"], p, out=end_pow[i][lo:hi])
+            np.add(hashes[0] * SHIFT, hashes[1], out=continuation[lo:hi])
+
         tail = power_params(draft_len - 1)
         inverse = inverse_params(1)
-        prefix, end_pow, continuation = [], [], np.zeros(n, dtype=np.int64)
-        for i, p in enumerate(_PRIMES):
-            b = powers[f"b{i + 1}"].astype(np.int64)
-            b_pos = b[pos]
-            term = mod((token_id.astype(np.int64) + 1) * powers[f"binv{i + 1}"].astype(np.int64)[pos], p)
-            running = np.cumsum(term)  # exact: below 2^62 for traces under 2^31 tokens
-            before = running - term
-            c = before - before[starts][row_trace]  # the sum of the terms before pos, in its trace
-            total = (running[starts + n_tokens - 1] - before[starts])[row_trace]
-            ahead = np.arange(n, dtype=np.int64) + draft_len
-            inside = pos + draft_len < trace_len
-            c_ahead = np.where(inside, c[np.minimum(ahead, n - 1)] if n else c, total)
-            tail_pow = mod(b_pos * tail[f"pow{i + 1}"], p)
-            continuation = continuation * SHIFT + mod(mod(c_ahead - c, p) * tail_pow, p)
-            prefix.append(mod(c, p))
-            end_pow.append(mod(b_pos * inverse[f"inv{i + 1}"], p))
+        # blocks of whole traces on two threads (numpy lets go of the GIL): each block's temporaries
+        # are a few of its own size, so two at a time hold less than one pass over every position
+        blocks = chunk_bounds(np.arange(len(n_tokens)), n_tokens, HASH_BLOCK)
+        with ThreadPoolExecutor(max_workers=NUMPY_THREADS, thread_name_prefix="train-keys") as pool:
+            list(pool.map(lambda block: hash_block(block[0], block[1] or len(n_tokens)), blocks))
 
         exact_before = traces.column("exact_before").to_numpy().astype(np.int64)[row_trace]
         backoff_before = traces.column("backoff_before").to_numpy().astype(np.int64)[row_trace]
@@ -125,7 +148,7 @@ class TrainKeys:
             "exact_order": exact_order,
             "backoff_order": backoff_order,
         }
-        return cls(base, has_exact, has_backoff, tuple(prefix), tuple(end_pow))
+        return cls(base, has_exact, has_backoff, prefix, end_pow)
 
     def __len__(self) -> int:
         return len(self.base["pos"])
