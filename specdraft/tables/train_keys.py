@@ -105,7 +105,7 @@ class TrainKeys:
             block_trace = row_trace[lo:hi] - first
             block_starts, block_sizes = starts[first:stop] - lo, n_tokens[first:stop]
             values = token_id[lo:hi].astype(np.int64) + 1
-            ahead = np.minimum(np.arange(hi - lo, dtype=np.int64) + draft_len, max(hi - lo - 1, 0))
+            ahead = np.minimum(np.arange(hi - lo, dtype=np.int64) + draft_len, hi - lo - 1)
             inside = block_pos + draft_len < block_len
             hashes = []
             for i, p in enumerate(_PRIMES):
@@ -115,7 +115,7 @@ class TrainKeys:
                 before = running - term
                 c = before - before[block_starts][block_trace]  # the sum of the terms before pos, in its trace
                 total = (running[block_starts + block_sizes - 1] - before[block_starts])[block_trace]
-                c_ahead = np.where(inside, c[ahead] if hi > lo else c, total)
+                c_ahead = np.where(inside, c[ahead], total)
                 tail_pow = mod(b_pos * tail[f"pow{i + 1}"], p)
                 hashes.append(mod(mod(c_ahead - c, p) * tail_pow, p))
                 mod(c, p, out=prefix[i][lo:hi])
