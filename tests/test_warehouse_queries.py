@@ -337,3 +337,24 @@ def test_open_gives_a_read_only_notebook_handle(warehouse):
             wh.use("nope")
     with pytest.raises(SpecdraftError, match="no specdraft warehouse"):
         specdraft.open(warehouse / "missing")
+
+
+def test_report_contexts_are_the_runs_own(tmp_path):
+    """Two runs of one dataset (the seed and default presets): each report's context tables are its
+    own run's rows of top_hitting_contexts, grouped once (run_hitting_contexts), not both runs'."""
+    from specdraft.warehouse.connection import Warehouse
+
+    data = str(FIXTURES / "parity_traces.parquet")
+    runs = [run_all(RunConfig(preset=preset, **FLAGS), tmp_path, data, "unused", name="two_runs")["run_id"]
+            for preset in ("seed", "default")]
+    with Warehouse(tmp_path, read_only=True, dataset="two_runs", memory_limit=None) as wh:
+        for run_id in runs:
+            expected = wh.run_text(
+                "select as_text(ctx_tokens), source, hits, chosen from top_hitting_contexts where run_id = $run_id "
+                "order by hits desc, chosen desc, source, ctx_tokens limit 5", {"run_id": run_id}).fetchall()
+            wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
+            assert wh.query("report/run_top_contexts", {"top": 5}).fetchall() == expected
+            (chosen,), = wh.run_text("select sum(chosen) from run_hitting_contexts").fetchall()
+            (own,), = wh.run_text("select count(*) from eval_positions where run_id = $run_id and ctx_len > 0",
+                                  {"run_id": run_id}).fetchall()
+            assert chosen == own > 0

@@ -180,7 +180,8 @@ def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20,
         raise SpecdraftError("this run has no run_id; record it with `specdraft run` first")
     with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
-        contexts = wh.query("report/run_top_contexts", {"run_id": run_id, "top": top}).fetchall()
-        longest = wh.query("report/run_longest_contexts", {"run_id": run_id, "top": top}).fetchall()
+        wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
+        contexts = wh.query("report/run_top_contexts", {"top": top}).fetchall()
+        longest = wh.query("report/run_longest_contexts", {"top": top}).fetchall()
         browser = browser_data(wh, results, all_traces)
     return write_text(path, build_html(results, positions, contexts, longest, browser))

@@ -1,7 +1,7 @@
 -- out: run_longest_contexts
 -- grain: ctx_tokens, source
--- reads: top_hitting_contexts, vocab (through as_text)
--- params: $run_id VARCHAR, $top BIGINT
+-- reads: run_hitting_contexts, vocab (through as_text)
+-- params: $top BIGINT
 -- One run's longest contexts that chosen drafts hit after (at least one token accepted), rendered
 -- as text, for its report: the multi-token matches behind the hits, beside the most-hit contexts
 -- (run_top_contexts, where one-token contexts such as "=" lead).
@@ -12,9 +12,8 @@ with longest as (
         source,
         hits,
         chosen
-    from top_hitting_contexts
-    where run_id = $run_id
-        and hits > 0
+    from run_hitting_contexts
+    where hits > 0
         and ctx_len > 1
     order by ctx_len desc, hits desc, chosen desc, source, ctx_tokens
     limit $top

@@ -1,7 +1,7 @@
 -- out: run_top_contexts
 -- grain: ctx_tokens, source
--- reads: top_hitting_contexts, vocab (through as_text)
--- params: $run_id VARCHAR, $top BIGINT
+-- reads: run_hitting_contexts, vocab (through as_text)
+-- params: $top BIGINT
 -- One run's most-hit contexts, rendered as text, for its report.
 with top_contexts as (
     select
@@ -9,8 +9,7 @@ with top_contexts as (
         source,
         hits,
         chosen
-    from top_hitting_contexts
-    where run_id = $run_id
+    from run_hitting_contexts
     order by hits desc, chosen desc, source, ctx_tokens
     limit $top
 )
