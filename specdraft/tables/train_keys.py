@@ -91,6 +91,8 @@ class TrainKeys:
         powers = wh.query("tables/hash_power_rows").fetchnumpy()
         if n and len(powers["pos"]) < int(n_tokens.max()):
             raise SpecdraftError("hash_powers is shorter than the longest train trace (build_hash_powers first)")
+        # B^pos and B^-pos by position, per prime (read once, gathered by each block)
+        b, binv = ([powers[f"{name}{i + 1}"].astype(np.int64) for i in range(len(_PRIMES))] for name in ("b", "binv"))
         prefix = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
         end_pow = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
         continuation = np.empty(n, dtype=np.int64)
@@ -109,8 +111,8 @@ class TrainKeys:
             inside = block_pos + draft_len < block_len
             hashes = []
             for i, p in enumerate(_PRIMES):
-                b_pos = powers[f"b{i + 1}"].astype(np.int64)[block_pos]
-                term = mod(values * powers[f"binv{i + 1}"].astype(np.int64)[block_pos], p)
+                b_pos = b[i][block_pos]
+                term = mod(values * binv[i][block_pos], p)
                 running = np.cumsum(term)  # exact: below 2^62 for traces under 2^31 tokens
                 before = running - term
                 c = before - before[block_starts][block_trace]  # the sum of the terms before pos, in its trace
