@@ -102,6 +102,32 @@ def test_a_second_writer_gets_a_clear_busy_message_and_readers_the_snapshot(tmp_
         assert not wh.snapshot and wh.query("report/run_results", {"run_id": ""}).fetchall()
 
 
+def test_a_lock_let_go_between_the_two_looks_is_taken(tmp_path, monkeypatch):
+    """A writer's first try at the lock fails; before it asks who holds it, the holder lets go (a
+    last snapshot copy that has just finished). It tries again and takes the lock, rather than
+    calling the warehouse busy: the race that failed CI once, made certain here by letting go inside
+    the look."""
+    import fcntl
+
+    from specdraft.warehouse import lock
+
+    path = tmp_path / LOCK_FILE
+    other = open(path, "a+")  # noqa: SIM115 - another open file: flock conflicts within one process too
+    fcntl.flock(other, fcntl.LOCK_EX)
+    looked = lock.WriterLock.holder
+
+    def let_go_then_look(at):
+        other.close()
+        return looked(at)
+
+    monkeypatch.setattr(lock.WriterLock, "holder", staticmethod(let_go_then_look))
+    taken = lock.WriterLock(path)
+    try:
+        assert path.read_text().startswith(f"pid {os.getpid()}, since ")
+    finally:
+        taken.release()
+
+
 def test_several_readers_side_by_side(tmp_path, monkeypatch):
     """Two processes hold the warehouse open read-only at once (each answered a query and waits on
     its stdin); meanwhile `specdraft sql` answers too, and a writer, having waited for them, is

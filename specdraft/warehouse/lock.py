@@ -15,7 +15,6 @@ COPY_WAIT_S = 600.0
 COPY_POLL_S = 0.05
 
 
-
 class WriterLock:
     """One writer per warehouse: an exclusive flock on <warehouse>/.writer.lock, holding the
     writer's pid and start time so that others can say who is busy. The kernel drops the lock
@@ -31,7 +30,9 @@ class WriterLock:
                 fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                holder = WriterLock.holder(path) or "another process"
+                holder = WriterLock.holder(path)
+                if holder is None:  # let go between the two looks: try again
+                    continue
                 if _holder_running(holder) or waited >= COPY_WAIT_S:
                     self.file.close()
                     raise SpecdraftError(f"{path.parent}: warehouse is busy ({holder})") from None
