@@ -32,7 +32,7 @@ from specdraft.policy.runs import rank_in_runs, run_starts
 from specdraft.policy.walks import walk_positions
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import Warehouse, release_unused_memory
 
 if TYPE_CHECKING:
     from specdraft.policy.seed import SourceAveragePolicy
@@ -307,7 +307,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         alone[all_flat[own_picks]] = all_accepted[own_picks]
         per_source[name] = alone
         proposed[name] = len(own_picks)
-    del everything
+    del everything, family
+    # the features' pages, which Arrow's allocator keeps, and the C heap's free ones: the evaluate
+    # stage's peak on the development set 1.05-1.06 GiB against 1.10-1.14 GiB
+    release_unused_memory()
     draft_length, trees = None, None
     if len(starts) and policy.curves is not None:
         wanted_drafts = _eval_drafts(wh, scored_from, scored_rows, wanted, *wanted_keys)

@@ -95,6 +95,13 @@ log = logging.getLogger("specdraft.sql")
 _EXECUTE = compile("_con.execute(_statement, _bound).fetchall()", "<specdraft scan>", "eval")
 
 
+def release_unused_memory() -> None:
+    """Give back the pages the process's allocators keep after frees: Arrow's (its tables' freed
+    buffers) and the C heap's (trim_malloc_heap)."""
+    pyarrow.default_memory_pool().release_unused()
+    trim_malloc_heap()
+
+
 def trim_malloc_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
     numpy's arrays of a few MB come from that heap once glibc has raised its mmap threshold, and
@@ -325,8 +332,7 @@ class Warehouse:
                 pass
             finally:
                 self.con.execute("set memory_limit = ?", [limit])
-        pyarrow.default_memory_pool().release_unused()
-        trim_malloc_heap()
+        release_unused_memory()
 
     def close(self) -> None:
         for path in self._spilled.values():  # a build that failed before it dropped them
