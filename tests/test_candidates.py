@@ -13,6 +13,7 @@ import pytest
 
 from specdraft.config import RunConfig
 from specdraft.drafters.autocomplete import SpanIndex, span_prefix_map
+from specdraft.drafters.candidates import build_candidate_features
 from specdraft.drafters.families import NAMES as FAMILIES
 from specdraft.drafters.families import SEED as SEED_FAMILIES
 from specdraft.errors import SpecdraftError
@@ -197,7 +198,7 @@ def test_features_do_not_read_the_label(tmp_path):
     with Warehouse(tmp_path, dataset="parity_traces") as wh:
         inputs, labels = model_input(wh)
         wh.run_text("update candidates set accepted = ? - accepted", [cfg.draft_len])
-        wh.materialize("drafters/candidate_features")
+        build_candidate_features(wh)
         scrambled_inputs, scrambled_labels = model_input(wh)
     assert labels != scrambled_labels
     for before, after in zip(inputs, scrambled_inputs):

@@ -29,6 +29,8 @@ from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
 
+FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_parts.sql)
+
 
 def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
     wh.materialize(
@@ -94,4 +96,13 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     wh.register("source_families", families.order_table())
     wh.materialize("drafters/candidates", {"draft_len": cfg.draft_len})
     if policy.reads_features:
-        wh.materialize("drafters/candidate_features")
+        build_candidate_features(wh)
+
+
+def build_candidate_features(wh: Warehouse) -> None:
+    """candidate_features, a run of traces at a time: the development set's candidates stage
+    peaked at 0.95-0.96 GiB built in two runs against 1.12-1.16 GiB in one, and took 0.3 s longer."""
+    parts = wh.query("drafters/query_trace_parts", {"parts": FEATURE_PARTS}).fetchall() or [(0, 0, 0)]  # (none: empty)
+    for part, from_trace_id, to_trace_id in parts:
+        wh.materialize("drafters/candidate_features", {"from_trace_id": from_trace_id, "to_trace_id": to_trace_id},
+                       append=part > 0)

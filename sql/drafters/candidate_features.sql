@@ -1,7 +1,7 @@
 -- out: candidate_features
 -- grain: trace_id, pos, source
 -- reads: candidates
--- params: (none)
+-- params: $from_trace_id BIGINT, $to_trace_id BIGINT
 -- What the confidence selector (--preset default) knows of each draft when it chooses: its source
 -- and context length, how far back a copy reaches, how many other drafts at the position agree on
 -- its first 1, 2, 4 and 8 tokens (and with the longest recent copy and n-gram drafts there), and
@@ -26,6 +26,7 @@ with drafts as not materialized (
         -- with nulls past the end: two short drafts' starts never compare equal
         row(draft[1], draft[2], draft[3], draft[4]) as start4
     from candidates
+    where trace_id >= $from_trace_id and trace_id < $to_trace_id
 ),
 prefix8 as (
     select prefix8_key, prefix4_key, prefix2_key, prefix1_key, count(*) as drafts
