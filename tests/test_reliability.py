@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,29 @@ def test_a_second_writer_gets_a_clear_busy_message_and_readers_the_snapshot(tmp_
     # the lock goes with the process, even on kill -9
     with Warehouse(tmp_path, read_only=True) as wh:
         assert not wh.snapshot and wh.query("report/run_results", {"run_id": ""}).fetchall()
+
+
+def test_a_reader_whose_writer_ends_between_the_two_looks_reads_the_file(tmp_path, monkeypatch):
+    """A reader finds the file held by a writer; before it asks who that is, the writer ends (and
+    its last snapshot copy is in). It opens the file again rather than calling the warehouse
+    unreadable: the race made certain by ending the writer inside the look."""
+    from specdraft.warehouse import lock
+
+    assert cli("run", *KILL_FLAGS, "--data", DATA, "--warehouse", tmp_path, "--out", tmp_path / "out").exit_code == 0
+    writer = holder(tmp_path)
+    looked = lock.WriterLock.holder
+
+    def end_writer_then_look(at):
+        writer.stdin.close()
+        writer.wait()
+        while looked(at) is not None:  # the writer's last copy for readers, if it made one
+            time.sleep(0.01)
+        return looked(at)
+
+    monkeypatch.setattr(lock.WriterLock, "holder", staticmethod(end_writer_then_look))
+    with Warehouse(tmp_path, read_only=True) as wh:
+        assert not wh.snapshot and wh.run_text("select count(*) from main.runs").fetchall() == [(1,)]
+    assert writer.returncode == 0
 
 
 def test_a_lock_let_go_between_the_two_looks_is_taken(tmp_path, monkeypatch):

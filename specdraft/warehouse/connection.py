@@ -189,7 +189,9 @@ class Warehouse:
         except duckdb.IOException:
             copy = snapshot.snapshot_path(self.root)
             writer = WriterLock.holder(self.root / LOCK_FILE)
-            if not writer or not copy.exists():
+            if not writer:  # its writer ended between the two looks (it closes the file first)
+                return duckdb.connect(str(db_path), read_only=True)
+            if not copy.exists():
                 raise
         self.snapshot = True
         log.warning("%s: a run is building (%s); reading the state it last committed", self.root, writer)
