@@ -295,7 +295,8 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         # each token tree from the position's TREE_DRAFTS best distinct drafts, best first
         tree_rows = top_distinct(ranked, TREE_DRAFTS)
         wanted = np.concatenate([tree_rows, picks])  # the trees' drafts, then the chosen ones
-        wanted_keys = (scored.column("trace_id").to_numpy()[wanted], scored.column("pos").to_numpy()[wanted])
+        wanted_keys = (scored.column("trace_id").to_numpy()[wanted], scored.column("pos").to_numpy()[wanted],
+                       scored.column("source").take(pa.array(wanted)))
     del scored  # the features are not read again: the trees' tokens take their place
     per_source, proposed = {}, {}
     for code, name in enumerate(names):  # the dictionary lists them in order of first appearance
@@ -313,7 +314,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     release_unused_memory()
     draft_length, trees = None, None
     if len(starts) and policy.curves is not None:
-        wanted_drafts = _eval_drafts(wh, scored_from, scored_rows, wanted, *wanted_keys)
+        wanted_drafts = _eval_drafts(wh, *wanted_keys)
         drafts, chosen_drafts = wanted_drafts[: len(tree_rows)], wanted_drafts[len(tree_rows):]
         held = tree_holdings(policy.curves, predicted[tree_rows], flat[tree_rows], drafts, TREE_BUDGETS)
         for budget, values in held.items():
@@ -338,17 +339,14 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
                       trees)
 
 
-def _eval_drafts(wh: Warehouse, scored_from: list[str], scored_rows: np.ndarray, rows: np.ndarray,
-                 trace_ids: np.ndarray, positions: np.ndarray) -> pa.ListArray:
-    """The tokens of the scored eval drafts at `rows` (of scored_rows, eval_features' rows of the
-    scored families), checked to be those drafts'."""
-    drafts = wh.query("policy/eval_drafts", {"families": scored_from}).to_arrow_table()
-    if drafts.num_rows != len(scored_rows):
-        raise SpecdraftError(f"eval_drafts.sql lists {drafts.num_rows} drafts, eval_features.sql {len(scored_rows)}")
-    drafts = drafts.take(pa.array(rows))
-    if not (np.array_equal(drafts.column("trace_id").to_numpy(), trace_ids)
-            and np.array_equal(drafts.column("pos").to_numpy(), positions)):
-        raise SpecdraftError("eval_drafts.sql and eval_features.sql list the eval drafts in different orders")
+def _eval_drafts(wh: Warehouse, trace_ids: np.ndarray, positions: np.ndarray, sources: pa.Array) -> pa.ListArray:
+    """The tokens of the eval drafts named by (trace id, position, source), in that order; each
+    must be one of candidates'."""
+    wh.register("wanted_drafts", pa.table({"row": np.arange(len(trace_ids)), "trace_id": trace_ids,
+                                           "pos": positions, "source": sources}))
+    drafts = wh.query("policy/eval_drafts").to_arrow_table()
+    if drafts.num_rows != len(trace_ids):
+        raise SpecdraftError(f"eval_drafts.sql found {drafts.num_rows} of the {len(trace_ids)} drafts wanted")
     return drafts.column("draft").combine_chunks()
 
 
