@@ -23,7 +23,7 @@ from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_trees import AcceptanceCurves
 from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import Warehouse, release_unused_memory
 
 NUMERIC_FEATURES = (
     "ctx_len",
@@ -123,6 +123,7 @@ class ConfidencePolicy:
 
         # only the columns read here, before the filter copies the rows
         keep = scored(features.select([*feature_columns(), *LABELS, "trace_id", "pos"]), exclude_families)
+        del features  # (calibrate's only reference: the rest of its columns go)
         accepted = keep.column("accepted").to_numpy().astype(np.float64)
         if keep.num_rows < 2 or accepted.sum() == 0:
             # nothing to learn from (and a Poisson fit needs some acceptance): every draft scores
@@ -143,6 +144,7 @@ class ConfidencePolicy:
         rows = keep.num_rows
         matrix = feature_matrix(keep, np.float64)  # as sklearn reads it: no copy of it in fit()
         del keep
+        release_unused_memory()  # the Arrow tables' pages, before sklearn's arrays are made
         model.fit(matrix, accepted)
         trees = exported_trees(model, matrix)
         curves = AcceptanceCurves.fit(raw_predict(model, matrix), accepted, draft_len)
