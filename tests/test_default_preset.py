@@ -168,3 +168,40 @@ def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monk
     assert drafts.num_rows > 10 * 7
     sliced = policy.score(drafts)
     assert sliced.shape == whole.shape and (sliced == whole).all()
+
+
+def test_the_extra_sources_are_views_of_what_candidates_holds(leave_one_out_run):
+    """recent_copy_candidates and ngram_all_candidates are kept as views (not written out twice):
+    read now, they give exactly the drafts the candidates table holds under their families."""
+    from specdraft.drafters.candidates import VIEWED_SOURCES
+    from specdraft.warehouse.connection import Warehouse
+
+    families = {"recent_copy_candidates": ("recent-copy", "recent-copy-2"),
+                "ngram_all_candidates": ("ngram-all", "ngram-rank2")}
+    assert {table for table, _ in VIEWED_SOURCES} == set(families)
+    with Warehouse(leave_one_out_run[0], read_only=True, dataset="parity_traces") as wh:
+        for table, names in families.items():
+            assert wh.table_kind(table) == "VIEW"
+            columns = "trace_id, pos, family, source, ctx_len, count, score, draft"
+            viewed = wh.run_text(f"select {columns} from {table} order by all").fetchall()
+            held = wh.run_text(f"select {columns} from candidates where family in $names order by all",
+                               params={"names": list(names)}).fetchall()
+            assert viewed == held and {row[2] for row in viewed} == set(names)
+
+
+def test_a_source_table_an_earlier_version_wrote_becomes_a_view(tmp_path):
+    from specdraft.pipeline import RunInputs, run_until
+    from specdraft.warehouse.connection import Warehouse
+
+    inputs = RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused")
+    run_until("candidates", RunConfig(**FLAGS), inputs)
+    with Warehouse(tmp_path, dataset="parity_traces") as wh:  # as an earlier version left it
+        wh.con.execute("create or replace table recent_copy_candidates_old as from recent_copy_candidates")
+        wh.con.execute("drop view recent_copy_candidates")
+        wh.con.execute("alter table recent_copy_candidates_old rename to recent_copy_candidates")
+        wh.mark_built("candidates", None)
+        assert wh.table_kind("recent_copy_candidates") == "BASE TABLE"
+    run_until("candidates", RunConfig(**FLAGS), inputs)
+    with Warehouse(tmp_path, read_only=True, dataset="parity_traces") as wh:
+        assert wh.table_kind("recent_copy_candidates") == "VIEW"
+        assert wh.row_count("recent_copy_candidates") > 0

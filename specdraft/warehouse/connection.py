@@ -419,10 +419,13 @@ class Warehouse:
         """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
 
         temp=True keeps a build intermediate in memory (spilling to the warehouse's tmp/), out of
-        the warehouse file. view=True makes a temporary view (no parameters). into= writes to
+        the warehouse file. view=True makes a temporary view, and with persistent_view=True one
+        kept in the warehouse: its parameters are written into it as literals. into= writes to
         another table of the same grain instead of `out` (an incremental update's delta).
         """
         sql_file = load_sql(name).expanded(params or {})
+        if view and params:
+            sql_file, params = sql_file.with_values(params), {}
         target = quote_identifier(into or sql_file.out)
         if schema:
             target = f"{quote_identifier(schema)}.{target}"
@@ -597,6 +600,14 @@ class Warehouse:
             [table, schema],
         ).fetchall()
         return bool(rows[0][0])
+
+    def table_kind(self, table: str) -> str | None:
+        """'BASE TABLE' or 'VIEW' for `table` in the current schema; None if there is none."""
+        rows = self.con.execute(
+            "select table_type from information_schema.tables where table_name = ? and table_schema = current_schema()",
+            [table],
+        ).fetchall()
+        return rows[0][0] if rows else None
 
     def row_count(self, table: str) -> int:
         return self.con.execute(f"select count(*) from {quote_identifier(table)}").fetchall()[0][0]
