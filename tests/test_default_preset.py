@@ -196,9 +196,9 @@ def test_a_source_table_an_earlier_version_wrote_becomes_a_view(tmp_path):
     inputs = RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused")
     run_until("candidates", RunConfig(**FLAGS), inputs)
     with Warehouse(tmp_path, dataset="parity_traces") as wh:  # as an earlier version left it
-        wh.con.execute("create or replace table recent_copy_candidates_old as from recent_copy_candidates")
-        wh.con.execute("drop view recent_copy_candidates")
-        wh.con.execute("alter table recent_copy_candidates_old rename to recent_copy_candidates")
+        wh.run_text("create or replace table recent_copy_candidates_old as from recent_copy_candidates")
+        wh.run_text("drop view recent_copy_candidates")
+        wh.run_text("alter table recent_copy_candidates_old rename to recent_copy_candidates")
         wh.mark_built("candidates", None)
         assert wh.table_kind("recent_copy_candidates") == "BASE TABLE"
     run_until("candidates", RunConfig(**FLAGS), inputs)
