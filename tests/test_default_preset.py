@@ -171,15 +171,14 @@ def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monk
 
 
 def test_the_extra_sources_are_views_of_what_candidates_holds(leave_one_out_run):
-    """The SQL sources are kept as views (not written out twice): read now, they give exactly the
-    drafts the candidates table holds under their families."""
+    """recent_copy_candidates and ngram_all_candidates are kept as views (not written out twice):
+    read now, they give exactly the drafts the candidates table holds under their families."""
     from specdraft.drafters.candidates import VIEWED_SOURCES
     from specdraft.warehouse.connection import Warehouse
 
     families = {"recent_copy_candidates": ("recent-copy", "recent-copy-2"),
-                "ngram_all_candidates": ("ngram-all", "ngram-rank2"),
-                "copy_candidates": ("copy",), "ngram_candidates": ("ngram",)}
-    assert {table for table, _ in VIEWED_SOURCES} < set(families)
+                "ngram_all_candidates": ("ngram-all", "ngram-rank2")}
+    assert {table for table, _ in VIEWED_SOURCES} == set(families)
     with Warehouse(leave_one_out_run[0], read_only=True, dataset="parity_traces") as wh:
         for table, names in families.items():
             assert wh.table_kind(table) == "VIEW"

@@ -1,13 +1,13 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
-    query_positions -> copy_candidates   (SQL: window over context keys of the same trace; like
-                                          every SQL source, a view that candidates reads)
+    query_positions -> copy_candidates   (SQL: window over context keys of the same trace)
                     -> ngram_choices     (SQL: each context's two continuations to draft; by
                                           support under --preset default, ngram_paths.py)
                     -> ngram_candidates  (SQL: join with ngram_choices)
                     -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
                     -> prompt_candidates (Python text rules, autocomplete.py)
-                    -> recent_copy_candidates, ngram_all_candidates (beyond the seed)
+                    -> recent_copy_candidates, ngram_all_candidates (beyond the seed; views,
+                                          read once, by candidates)
                     -> online_candidates (the online scenario, --online)
                     -> candidates        (SQL: union, accepted prefix length)
                     -> candidate_features (what the confidence policy sees; --preset default)
@@ -31,10 +31,9 @@ from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse
 
 FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_parts.sql)
-# The SQL sources are kept as views, which the candidates table reads (its family column names
-# their rows): written out as tables first, the development set's drafts took 0.9-1.5 s longer to
-# build and commit under --preset default, and 0.3-0.4 s under --preset seed. These two are empty
-# under --preset seed.
+# Sources kept as views, which the candidates table reads (its family column names their rows):
+# written out as tables first, the development set's 1.27M drafts took 0.8-1.2 s longer to build
+# and commit.
 VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all"))
 
 
@@ -80,31 +79,32 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     policy = policy_for(cfg.preset)
     build_ngram_choices(wh, cfg, policy.ngram_by_support)
     traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
-    # Prompt autocomplete is Python over text; the backoff walk's reads and searches are DuckDB and
-    # numpy, which let go of the GIL: the two run side by side.
+    # Prompt autocomplete is Python over text; the SQL sources and the walk's searches are DuckDB
+    # and numpy, which let go of the GIL: the two run side by side (on the development set the
+    # stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg)
-        _as_view(wh, "copy_candidates",
-                 {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len})
-        _as_view(wh, "ngram_candidates", {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len})
+        wh.materialize(
+            "drafters/copy_candidates",
+            {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len},
+        )
+        wh.materialize(
+            "drafters/ngram_candidates",
+            {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
+        )
         wh.store("backoff_candidates", backoff_candidates(wh, cfg))
         wh.store("prompt_candidates", prompt.result())
     for table, family in VIEWED_SOURCES:
-        _as_view(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len})
+        if wh.table_kind(table) == "BASE TABLE":  # an earlier version's build wrote it out
+            wh.drop(table)
+        wh.materialize(f"drafters/{table}", {"enabled": family in policy.families, "draft_len": cfg.draft_len},
+                       view=True, persistent_view=True)
     wh.materialize("drafters/online_candidates",
                    {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
     wh.register("source_families", families.order_table())
     wh.materialize("drafters/candidates", {"draft_len": cfg.draft_len})
     if policy.reads_features:
         build_candidate_features(wh)
-
-
-def _as_view(wh: Warehouse, table: str, params: dict) -> None:
-    """sql/drafters/<table>.sql as a view kept in the warehouse, in place of the table an earlier
-    version's build wrote out."""
-    if wh.table_kind(table) == "BASE TABLE":
-        wh.drop(table)
-    wh.materialize(f"drafters/{table}", params, view=True, persistent_view=True)
 
 
 def build_candidate_features(wh: Warehouse) -> None:
