@@ -424,7 +424,7 @@ class Warehouse:
         another table of the same grain instead of `out` (an incremental update's delta).
         """
         sql_file = load_sql(name).expanded(params or {})
-        if view and params:
+        if (view or persistent_view) and params:
             sql_file, params = sql_file.with_values(params), {}
         target = quote_identifier(into or sql_file.out)
         if schema:
@@ -594,18 +594,15 @@ class Warehouse:
 
     def has_table(self, table: str, schema: str | None = None) -> bool:
         """Is there such a table (or view) in `schema` (default: the current schema)?"""
+        return self.table_kind(table, schema) is not None
+
+    def table_kind(self, table: str, schema: str | None = None) -> str | None:
+        """'BASE TABLE' or 'VIEW' for `table` in `schema` (default: the current schema); None if
+        there is none."""
         rows = self.con.execute(
-            "select count(*) from information_schema.tables where table_name = ? "
+            "select table_type from information_schema.tables where table_name = ? "
             "and table_schema = coalesce(?, current_schema())",
             [table, schema],
-        ).fetchall()
-        return bool(rows[0][0])
-
-    def table_kind(self, table: str) -> str | None:
-        """'BASE TABLE' or 'VIEW' for `table` in the current schema; None if there is none."""
-        rows = self.con.execute(
-            "select table_type from information_schema.tables where table_name = ? and table_schema = current_schema()",
-            [table],
         ).fetchall()
         return rows[0][0] if rows else None
 

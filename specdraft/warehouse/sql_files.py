@@ -80,7 +80,6 @@ class SqlFile:
             lines += [line.replace(f"{{{name}}}", str(v)) for v in items]
         return replace(self, text="\n".join(lines) + "\n")
 
-
     def with_values(self, params: dict) -> SqlFile:
         """The statement with its `$name` parameters written in as SQL literals, for a view: DuckDB
         keeps a view's text, with no values bound to it. Booleans, integers, floats and strings.
