@@ -170,38 +170,54 @@ def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monk
     assert sliced.shape == whole.shape and (sliced == whole).all()
 
 
-def test_the_extra_sources_are_views_of_what_candidates_holds(leave_one_out_run):
-    """recent_copy_candidates and ngram_all_candidates are kept as views (not written out twice):
-    read now, they give exactly the drafts the candidates table holds under their families."""
+SOURCE_FAMILIES = {"recent_copy_candidates": ("recent-copy", "recent-copy-2"),
+                   "ngram_all_candidates": ("ngram-all", "ngram-rank2"),
+                   "copy_candidates": ("copy",), "ngram_candidates": ("ngram",)}
+
+
+def _sources_are_what_candidates_holds(wh, kinds: dict[str, str]) -> None:
+    for table, names in SOURCE_FAMILIES.items():
+        assert wh.table_kind(table) == kinds[table], table
+        columns = "trace_id, pos, family, source, ctx_len, count, score, draft"
+        viewed = wh.run_text(f"select {columns} from {table} order by all").fetchall()
+        held = wh.run_text(f"select {columns} from candidates where family in $names order by all",
+                           params={"names": list(names)}).fetchall()
+        assert viewed == held and {row[2] for row in viewed} == set(names)
+
+
+def test_the_sql_sources_are_views_of_what_candidates_holds(leave_one_out_run):
+    """At the default budget the SQL sources are kept as views (not written out twice): read now,
+    they give exactly the drafts the candidates table holds under their families."""
     from specdraft.drafters.candidates import VIEWED_SOURCES
     from specdraft.warehouse.connection import Warehouse
 
-    families = {"recent_copy_candidates": ("recent-copy", "recent-copy-2"),
-                "ngram_all_candidates": ("ngram-all", "ngram-rank2")}
-    assert {table for table, _ in VIEWED_SOURCES} == set(families)
+    assert {table for table, _ in VIEWED_SOURCES} < set(SOURCE_FAMILIES)
     with Warehouse(leave_one_out_run[0], read_only=True, dataset="parity_traces") as wh:
-        for table, names in families.items():
-            assert wh.table_kind(table) == "VIEW"
-            columns = "trace_id, pos, family, source, ctx_len, count, score, draft"
-            viewed = wh.run_text(f"select {columns} from {table} order by all").fetchall()
-            held = wh.run_text(f"select {columns} from candidates where family in $names order by all",
-                               params={"names": list(names)}).fetchall()
-            assert viewed == held and {row[2] for row in viewed} == set(names)
+        _sources_are_what_candidates_holds(wh, dict.fromkeys(SOURCE_FAMILIES, "VIEW"))
 
 
-def test_a_source_table_an_earlier_version_wrote_becomes_a_view(tmp_path):
+def test_a_small_budget_writes_the_seed_sources_out_and_a_large_one_views_them(tmp_path):
+    """Under a budget too small for the views' work inside the candidates statement
+    (candidates._sources_as_views), copy_candidates and ngram_candidates are tables; a later run
+    at a large budget replaces them with views, and one at the small budget again with tables.
+    A table an earlier version wrote in place of a view is replaced too."""
     from specdraft.pipeline import RunInputs, run_until
     from specdraft.warehouse.connection import Warehouse
 
-    inputs = RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet"), "unused")
-    run_until("candidates", RunConfig(**FLAGS), inputs)
+    seed_sources = {"copy_candidates", "ngram_candidates"}
+    small = {table: "BASE TABLE" if table in seed_sources else "VIEW" for table in SOURCE_FAMILIES}
+    views = dict.fromkeys(SOURCE_FAMILIES, "VIEW")
+    data = str(FIXTURES / "parity_traces.parquet")
+    for budget, kinds in (("100MB", small), ("4GB", views), ("100MB", small)):
+        run_until("candidates", RunConfig(**FLAGS), RunInputs(tmp_path, data, "unused", memory_limit=budget))
+        with Warehouse(tmp_path, dataset="parity_traces") as wh:
+            _sources_are_what_candidates_holds(wh, kinds)
+            wh.mark_built("candidates", None)  # built again by the next run
     with Warehouse(tmp_path, dataset="parity_traces") as wh:  # as an earlier version left it
         wh.run_text("create or replace table recent_copy_candidates_old as from recent_copy_candidates")
         wh.run_text("drop view recent_copy_candidates")
         wh.run_text("alter table recent_copy_candidates_old rename to recent_copy_candidates")
-        wh.mark_built("candidates", None)
         assert wh.table_kind("recent_copy_candidates") == "BASE TABLE"
-    run_until("candidates", RunConfig(**FLAGS), inputs)
+    run_until("candidates", RunConfig(**FLAGS), RunInputs(tmp_path, data, "unused"))
     with Warehouse(tmp_path, read_only=True, dataset="parity_traces") as wh:
-        assert wh.table_kind("recent_copy_candidates") == "VIEW"
-        assert wh.row_count("recent_copy_candidates") > 0
+        _sources_are_what_candidates_holds(wh, views)

@@ -35,6 +35,12 @@ FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_
 # written out as tables first, their 1.27M drafts on the development set made the candidates stage
 # take 8.30-8.63 s against 7.85-8.15 s.
 VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all"))
+# The room copy_candidates and ngram_candidates need as views (_sources_as_views), about three times
+# what they needed in a run of each: the tests' parity fixture (2,126 query positions) failed with
+# DuckDB's limit at 35MB and ran at 49MB; the development set (106,963) failed at 84MB and ran at
+# 175MB (out-of-memory errors in the candidates statement, where the tables spill and finish).
+VIEW_ROOM_FIXED = 128 * 1000**2
+VIEW_ROOM_PER_POSITION = 4000
 
 
 def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
@@ -84,27 +90,42 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     # stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg)
-        wh.materialize(
-            "drafters/copy_candidates",
-            {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len},
-        )
-        wh.materialize(
-            "drafters/ngram_candidates",
-            {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
-        )
+        as_view = _sources_as_views(wh)
+        _source(wh, "copy_candidates",
+                {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len}, as_view)
+        _source(wh, "ngram_candidates", {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
+                as_view)
         wh.store("backoff_candidates", backoff_candidates(wh, cfg))
         wh.store("prompt_candidates", prompt.result())
     for table, family in VIEWED_SOURCES:
-        if wh.table_kind(table) == "BASE TABLE":  # an earlier version's build wrote it out
-            wh.drop(table)
-        wh.materialize(f"drafters/{table}", {"enabled": family in policy.families, "draft_len": cfg.draft_len},
-                       view=True, persistent_view=True)
+        _source(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len}, as_view=True)
     wh.materialize("drafters/online_candidates",
                    {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
     wh.register("source_families", families.order_table())
     wh.materialize("drafters/candidates", {"draft_len": cfg.draft_len})
     if policy.reads_features:
         build_candidate_features(wh)
+
+
+def _sources_as_views(wh: Warehouse) -> bool:
+    """Are copy_candidates and ngram_candidates views (computed inside the candidates statement),
+    or tables written first? Views save the writing (development set, --preset seed: candidates
+    stage 3.84-4.07 s against 4.69-4.82 s), but inside the one statement their work leaves DuckDB
+    less to spill with: there they need about VIEW_ROOM_FIXED plus VIEW_ROOM_PER_POSITION bytes per
+    query position of DuckDB's limit, and tables are used below that."""
+    limit = wh.duckdb_limit_bytes()
+    return limit is None or limit >= VIEW_ROOM_FIXED + VIEW_ROOM_PER_POSITION * wh.row_count("query_positions")
+
+
+def _source(wh: Warehouse, table: str, params: dict, as_view: bool) -> None:
+    """sql/drafters/<table>.sql as a view kept in the warehouse (as_view) or a table, in place of
+    what an earlier build left under that name."""
+    kind = wh.table_kind(table)
+    if kind == "BASE TABLE" and as_view:
+        wh.drop(table)
+    elif kind == "VIEW" and not as_view:
+        wh.drop_view(table)
+    wh.materialize(f"drafters/{table}", params, view=as_view, persistent_view=as_view)
 
 
 def build_candidate_features(wh: Warehouse) -> None:

@@ -479,6 +479,10 @@ class Warehouse:
         room = self.room_beside_duckdb()
         return room is None or nbytes <= room
 
+    def duckdb_limit_bytes(self) -> int | None:
+        """DuckDB's share of the run's memory budget, in bytes: None without a budget."""
+        return None if self.memory_limit is None else size_bytes(duckdb_memory_limit(self.memory_limit))
+
     def room_beside_duckdb(self) -> int | None:
         """The bytes fits_beside_duckdb allows: None without a budget."""
         return None if self.memory_limit is None else int(size_bytes(self.memory_limit) * (1 - DUCKDB_SHARE) / 2)

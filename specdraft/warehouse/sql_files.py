@@ -82,25 +82,30 @@ class SqlFile:
 
     def with_values(self, params: dict) -> SqlFile:
         """The statement with its `$name` parameters written in as SQL literals, for a view: DuckDB
-        keeps a view's text, with no values bound to it. Booleans, integers, floats and strings.
+        keeps a view's text, with no values bound to it. Booleans, integers, floats and strings, and
+        lists of them.
 
-        >>> replace(load_sql("drafters/recent_copy_candidates"), text="select $n, $on, $s").with_values(
-        ...     {"n": 16, "on": True, "s": "it's"}).text.strip()
-        "select 16, true, 'it''s'"
+        >>> replace(load_sql("drafters/recent_copy_candidates"), text="select $n, $on, $s, $l").with_values(
+        ...     {"n": 16, "on": True, "s": "it's", "l": [4, 8]}).text.strip()
+        "select 16, true, 'it''s', [4, 8]"
         """
 
         def literal(match: re.Match) -> str:
             name = match.group(1)
             if name not in params:
                 raise SpecdraftError(f"{self.path.name}: no value for ${name}")
-            value = params[name]
+            return written(name, params[name])
+
+        def written(name: str, value) -> str:
+            if isinstance(value, list | tuple):
+                return "[" + ", ".join(written(name, item) for item in value) + "]"
             if isinstance(value, bool):
                 return "true" if value else "false"
             if isinstance(value, int | float):
                 return repr(value)
             if isinstance(value, str):
                 return "'" + value.replace("'", "''") + "'"
-            raise SpecdraftError(f"{self.path.name}: ${name} must be a boolean, number or string in a view, "
+            raise SpecdraftError(f"{self.path.name}: ${name} must be booleans, numbers or strings in a view, "
                                  f"got {value!r}")
 
         lines = [line if line.lstrip().startswith("--") else PARAM.sub(literal, line) for line in self.text.splitlines()]
