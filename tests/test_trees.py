@@ -10,7 +10,13 @@ import pytest
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from specdraft.errors import SpecdraftError
-from specdraft.policy.confidence import LEAVES, model_rows, raw_predict
+from specdraft.policy.confidence import (
+    LEAVES,
+    fitted_predictions,
+    model_rows,
+    raw_predict,
+    training_predictions,
+)
 from specdraft.policy.trees import TreeEnsemble
 
 
@@ -32,6 +38,29 @@ def fitted():
                                           categorical_features=[0], early_stopping=False, random_state=0)
     model.fit(matrix.astype(np.float64), accepted)
     return model, TreeEnsemble.from_sklearn(model)
+
+
+def test_the_fits_own_predictions_of_its_rows_are_raw_predicts():
+    """fitted_predictions keeps the predictions the fit made of its training rows (not predicted
+    again), and they are raw_predict's bit for bit on every row; a fit outside the block keeps
+    nothing and sklearn's function is back; without kept predictions, raw_predict's are given."""
+    from sklearn.ensemble._hist_gradient_boosting import gradient_boosting
+
+    update = gradient_boosting._update_raw_predictions
+    matrix, accepted = _data(5, 20_000, [0, 2, 4, 5])
+    matrix = matrix.astype(np.float64)
+    model = HistGradientBoostingRegressor(max_iter=30, max_leaf_nodes=LEAVES, loss="poisson",
+                                          categorical_features=[0], early_stopping=False, random_state=0)
+    with fitted_predictions() as kept:
+        model.fit(matrix, accepted)
+    assert len(kept) == 1 and gradient_boosting._update_raw_predictions is update
+    again = raw_predict(model, matrix)
+    assert np.array_equal(kept[0], again)
+    assert training_predictions(model, matrix, kept) is kept[0]  # taken, not predicted again
+    assert np.array_equal(training_predictions(model, matrix, kept), again)
+    assert np.array_equal(training_predictions(model, matrix, []), again)
+    # predictions of other rows (a damaged array) are not taken
+    assert np.array_equal(training_predictions(model, matrix, [kept[0] + 1.0]), again)
 
 
 def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
