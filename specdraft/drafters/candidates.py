@@ -35,10 +35,11 @@ FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_
 # written out as tables first, their 1.27M drafts on the development set made the candidates stage
 # take 8.30-8.63 s against 7.85-8.15 s.
 VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all"))
-# The room copy_candidates and ngram_candidates need as views (_sources_as_views), about three times
-# what they needed in a run of each: the tests' parity fixture (2,126 query positions) failed with
-# DuckDB's limit at 35MB and ran at 49MB; the development set (106,963) failed at 84MB and ran at
-# 175MB (out-of-memory errors in the candidates statement, where the tables spill and finish).
+# The room copy_candidates and ngram_candidates need as views (_sources_as_views): 136MB for the
+# tests' parity fixture (2,126 query positions), which with views failed at DuckDB limits of 35MB
+# (--preset seed) and 70MB (default) and ran at 49MB and 84MB; 556MB for the development set
+# (106,963), which failed at 84MB and ran at 175MB (--preset seed). The failures are out-of-memory
+# errors in the candidates statement, where with the tables DuckDB spills and finishes.
 VIEW_ROOM_FIXED = 128 * 1000**2
 VIEW_ROOM_PER_POSITION = 4000
 
@@ -85,9 +86,9 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     policy = policy_for(cfg.preset)
     build_ngram_choices(wh, cfg, policy.ngram_by_support)
     traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
-    # Prompt autocomplete is Python over text; the SQL sources and the walk's searches are DuckDB
-    # and numpy, which let go of the GIL: the two run side by side (on the development set the
-    # stage took 6.9 s with them in turn).
+    # Prompt autocomplete is Python over text; the walk's searches (and the SQL sources, where they
+    # are tables) are DuckDB and numpy, which let go of the GIL: the two run side by side (on the
+    # development set the stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg)
         as_view = _sources_as_views(wh)
