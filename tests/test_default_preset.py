@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specdraft.config import RunConfig
@@ -156,7 +157,8 @@ def test_slow_imports_load_in_a_background_thread():
 
 def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monkeypatch):
     """policy.score cuts the drafts into slices of SCORE_ROWS (a memory bound); the predictions are
-    those of one call over every row, bit for bit, with slices that split positions anywhere."""
+    those of one call over every row, bit for bit, with slices that split positions anywhere, and
+    so are those of the drafts a mask wants (evaluate scores only the IN_TREES families)."""
     from specdraft.policy import confidence
     from specdraft.warehouse.connection import Warehouse
 
@@ -168,6 +170,12 @@ def test_scoring_a_slice_at_a_time_changes_no_prediction(leave_one_out_run, monk
     assert drafts.num_rows > 10 * 7
     sliced = policy.score(drafts)
     assert sliced.shape == whole.shape and (sliced == whole).all()
+    # only the wanted drafts, in order, with whole slices of none wanted (rows 7 to 20)
+    wanted = np.arange(drafts.num_rows) % 3 != 1
+    wanted[7:21] = False
+    some = policy.score(drafts, wanted)
+    assert some.shape == (wanted.sum(),) and (some == whole[wanted]).all()
+    assert policy.score(drafts, np.zeros(drafts.num_rows, dtype=bool)).shape == (0,)
 
 
 SOURCE_FAMILIES = {"recent_copy_candidates": ("recent-copy", "recent-copy-2"),

@@ -157,18 +157,25 @@ class ConfidencePolicy:
     def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
         return cls.fit(calibration_features(wh), cfg.draft_len)
 
-    def score(self, drafts: pa.Table, rows: np.ndarray | None = None) -> np.ndarray:
+    def score(self, drafts: pa.Table, wanted: np.ndarray | None = None) -> np.ndarray:
         """The model's raw (log-scale) prediction of each draft's accepted length: what the pick
-        compares, here and live (ranking by exp of it would be the same but for float ties). rows:
-        only those drafts' predictions, in that order (default: every draft's)."""
-        rows = np.arange(drafts.num_rows) if rows is None else np.asarray(rows, dtype=np.int64)
-        if len(rows) == 0 or self.model is None:
-            return np.zeros(len(rows))
+        compares, here and live (ranking by exp of it would be the same but for float ties).
+        wanted: a mask of the drafts to score (default: every draft); their predictions, in order."""
+        count = drafts.num_rows if wanted is None else int(np.count_nonzero(wanted))
+        if count == 0 or self.model is None:
+            return np.zeros(count)
         # a slice at a time: the feature matrix and sklearn's copies of it stay small (each row's
-        # prediction is its own, so slicing changes no value)
-        features = drafts.select(feature_columns())
-        return np.concatenate([raw_predict(self.model, feature_matrix(features.take(rows[start : start + SCORE_ROWS])))
-                               for start in range(0, len(rows), SCORE_ROWS)])
+        # prediction is its own, so slicing changes no value); the slices are the table's own
+        # (taking the wanted rows out of it first copied every feature column: 0.4 s on the
+        # development set's eval drafts)
+        predicted = []
+        for start in range(0, drafts.num_rows, SCORE_ROWS):
+            matrix = feature_matrix(drafts.slice(start, SCORE_ROWS))
+            if wanted is not None:
+                matrix = matrix[wanted[start : start + SCORE_ROWS]]
+            if len(matrix):
+                predicted.append(raw_predict(self.model, matrix))
+        return np.concatenate(predicted)
 
     def model_table(self) -> pa.Table | None:
         """The trees as a node table (trees.NODE_COLUMNS), recorded with the run for export."""

@@ -271,7 +271,9 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     # only those are scored: a family outside them (the seed's n-gram) has one draft a position, so
     # its own pick below needs no score (development set: 67,011 of 942,397 eval drafts)
     all_predicted = np.zeros(everything.num_rows)
-    all_predicted[scored_rows] = policy.score(everything, scored_rows)
+    wanted = np.zeros(everything.num_rows, dtype=bool)
+    wanted[scored_rows] = True
+    all_predicted[scored_rows] = policy.score(everything, wanted)
     scored = everything.select(["trace_id", "pos", "source", "ctx_len", "draft_key"]).take(pa.array(scored_rows))
     predicted, accepted, flat = all_predicted[scored_rows], all_accepted[scored_rows], all_flat[scored_rows]
     chosen_codes = [i for i, name in enumerate(names) if name in chosen_from]
