@@ -17,7 +17,7 @@ from specdraft.policy.confidence import (
     raw_predict,
     training_predictions,
 )
-from specdraft.policy.trees import TreeEnsemble
+from specdraft.policy.trees import SCORE_CHUNK, TreeEnsemble
 
 
 def _data(seed: int, n: int, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +71,7 @@ def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
     assert np.array_equal(trees.raw_predict(matrix), raw_predict(model, matrix))
     # a few rows at a time, as the live drafter scores a position's drafts (one row is a case of
     # its own: numpy would sum it pairwise)
-    for n in (1, 2, 3, 7, 16):
+    for n in (1, 2, 3, 7, 16, SCORE_CHUNK + 1):  # a whole chunk, then one row alone
         for start in range(0, 400, n):
             rows = matrix[start : start + n]
             assert np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)), (n, start)

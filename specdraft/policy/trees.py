@@ -37,6 +37,12 @@ ALL_LEAVES = np.uint64((1 << 64) - 1)
 ONE = np.uint64(1)
 
 
+# Rows scored at a time: each row gathers a mask per feature and tree (14 KB at 18 features and 100
+# trees), so a few dozen rows keep the gather in cache. 100,000 development-set calibration drafts:
+# 0.18 s in chunks of 64 against 0.63 s in chunks of 4,096 (sklearn's own walk: 0.18 s); the live
+# drafter's positions (a few dozen drafts) are one chunk either way.
+SCORE_CHUNK = 64
+
 @dataclass(frozen=True)
 class TreeEnsemble:
     """baseline + the sum of one leaf value per tree; `nodes` has NODE_COLUMNS (see the module
@@ -96,9 +102,10 @@ class TreeEnsemble:
     def raw_predict_checked(self, features: np.ndarray) -> np.ndarray:
         """raw_predict() of an int64 matrix already known to be in range (the live drafter's:
         family codes from families.ORDER, counts of tokens)."""
-        if len(features) <= 4096:
+        if len(features) <= SCORE_CHUNK:
             return _score(self._scorer, features)
-        return np.concatenate([_score(self._scorer, features[i : i + 4096]) for i in range(0, len(features), 4096)])
+        return np.concatenate([_score(self._scorer, features[i : i + SCORE_CHUNK])
+                               for i in range(0, len(features), SCORE_CHUNK)])
 
     @property
     def n_trees(self) -> int:
