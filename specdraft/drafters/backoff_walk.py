@@ -21,11 +21,11 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import NUMPY_THREADS, RunConfig
-from specdraft.tables.hashing import RowPrefixHashes, key_order
+from specdraft.tables.backoff_picks import Found, LengthPicks
+from specdraft.tables.hashing import RowPrefixHashes
 from specdraft.warehouse.connection import Warehouse
 
 PAD = -1
-BYTES_PER_PICK = 24  # a key (8 bytes), its row, token, count and total (4 each, where they fit)
 
 
 def query_windows(traces: pa.Table, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,56 +90,6 @@ def _walk_in_parts(picks: dict[int, LengthPicks], lengths: list[int], width: int
         return pa.concat_tables(list(pool.map(walked, cuts[:-1].tolist(), cuts[1:].tolist())))
 
 
-Found = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # found (a mask); token_id, count, total of those
-
-
-@dataclass(frozen=True)
-class LengthPicks:
-    """backoff_top_tokens at one context length, its keys sorted: a lookup is a binary search.
-    Searching the 8 lengths' 10.1M picks of the development set this way took the walk from 4.2 s
-    (a join against the table per step, each a scan of all of it) to 2.6 s (reading 1.5 s), for the
-    same drafts. Where the picks would not fit beside DuckDB (fit_beside), TablePicks joins."""
-
-    keys: np.ndarray  # ctx_hash, ascending
-    rows: np.ndarray  # where each key's pick is in the columns below (as read)
-    token_id: np.ndarray
-    count: np.ndarray
-    total: np.ndarray
-
-    @staticmethod
-    def fit_beside(wh: Warehouse) -> bool:
-        """Do all lengths' picks, BYTES_PER_PICK each, fit in half of what the run's memory budget
-        leaves beside DuckDB's share? (The development set's 10.1M: 242 MB; 200,000 synthetic
-        traces' 133M would take 3.2 GB.)"""
-        if wh.memory_limit is None:
-            return True
-        (picks,), = wh.query("drafters/backoff_pick_count").fetchall()
-        return wh.fits_beside_duckdb(picks * BYTES_PER_PICK)
-
-    @classmethod
-    def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:
-        """One length's picks as read, and their keys sorted here with where each came from
-        (key_order and one gather: DuckDB's ORDER BY took 1.2 s of the development set's 1.4 s
-        read, and moving every column into key order another 0.3 s)."""
-        picks = wh.query("drafters/backoff_length_picks", {"ctx_len": ctx_len}).fetchnumpy()
-        keys = np.asarray(picks["ctx_hash"])
-        rows = key_order(keys)
-        return cls(keys[rows], _narrow(rows), *(_narrow(np.asarray(picks[name])) for name in ("token_id", "count", "total")))
-
-    def find(self, keys: np.ndarray) -> Found:
-        """Which of `keys` have a pick, and the picks of those that do."""
-        # searched in key order, each search starting where the last one ended: for the walk's
-        # 100,000-odd keys a step, 4x faster than in row order (random reads of the picks)
-        order = key_order(keys)
-        at = np.empty(len(keys), dtype=np.int64)
-        at[order] = np.searchsorted(self.keys, keys[order])
-        inside = at < len(self.keys)
-        found = np.zeros(len(keys), dtype=bool)
-        found[inside] = self.keys[at[inside]] == keys[inside]
-        rows = self.rows[at[found]]
-        return found, self.token_id[rows], self.count[rows], self.total[rows]
-
-
 @dataclass(frozen=True)
 class TablePicks:
     """backoff_top_tokens at one context length, looked up by a join (DuckDB, within its memory
@@ -155,13 +105,6 @@ class TablePicks:
         found = np.zeros(len(keys), dtype=bool)
         found[np.asarray(hits["probe_id"])] = True
         return found, *(np.asarray(hits[name])[order] for name in ("token_id", "count", "total"))
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """int32 where every value fits (token ids, and counts below 2^31): half the memory."""
-    if values.dtype == np.int64 and len(values) and values.min() >= -(2**31) and values.max() < 2**31:
-        return values.astype(np.int32)
-    return values
 
 
 def _walk(picks: dict[int, LengthPicks | TablePicks], lengths: list[int], width: int, known: np.ndarray, matrix: np.ndarray,

@@ -156,8 +156,8 @@ def key_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable") for non-negative int64 keys, 3-4x faster where the keys
     are spread like the context keys: each key's top bits and its row number are packed into one
     int64 and sorted by value (np.sort, vectorised; an argsort moves indexes with every compare).
-    Rows whose kept top bits tie, which np.sort left in row order, are then sorted by the whole
-    key. On the 1.3M backoff picks of one length: 45 ms against 135 ms."""
+    Rows whose kept top bits tie are left in row order by np.sort: where their keys differ, they
+    are then sorted by the whole key. On the 1.3M backoff picks of one length: 45 ms against 135 ms."""
     n = len(keys)
     if n < 2 or keys.dtype != np.int64 or keys.min() < 0:
         return np.argsort(keys, kind="stable")
@@ -168,13 +168,18 @@ def key_order(keys: np.ndarray) -> np.ndarray:
     packed.sort()
     order = packed & ((1 << row_bits) - 1)
     if drop:
-        top = packed >> row_bits
-        tied = np.zeros(n, dtype=bool)
-        tied[1:] = top[1:] == top[:-1]
-        tied[:-1] |= tied[1:].copy()
-        at = np.flatnonzero(tied)
-        if len(at):  # within a run of tied top bits, by the whole key (then row: stable)
-            rows = order[at]
+        top = packed
+        top >>= row_bits  # (in place: the packed rows are not read again)
+        tied = top[1:] == top[:-1]
+        ordered = keys[order]
+        mixed_pairs = tied & (ordered[1:] != ordered[:-1])
+        if mixed_pairs.any():
+            # only the runs of tied top bits whose keys differ: a run of one key (the repeats of
+            # a context) is in row order already. The 2.2M train keys of length 4 on the
+            # development set (483k distinct) sorted in 0.22 s against 0.75 s sorting every tie
+            run = np.cumsum(np.r_[0, ~tied])
+            at = np.flatnonzero(np.isin(run, run[1:][mixed_pairs]))
+            rows = order[at]  # within them by the whole key, then row (stable)
             order[at] = rows[np.lexsort((rows, keys[rows], top[at]))]
     return order
 

@@ -12,7 +12,9 @@
 Every table comes from one file in sql/; Python only loops over the doubling steps of the
 hash powers (log2 of the longest trace) and the context lengths, never over positions. On DuckDB
 the train positions' keys are numpy arrays (train_keys.py: position_keys.sql's arithmetic without
-its window sorts, one length's key at a time); on Spark they are position_keys.sql's table. An incremental update after
+its window sorts, one length's key at a time), and backoff_top_tokens is grouped from them in
+numpy (backoff_picks.py: backoff_top_tokens.sql's rows); on Spark, or where the keys would not fit
+in memory, they are position_keys.sql's table and the SQL file groups them. An incremental update after
 `specdraft ingest --append` (incremental.py) runs the same files over the appended traces alone.
 """
 
@@ -25,9 +27,12 @@ from typing import Any, Protocol
 
 from specdraft.config import RunConfig
 from specdraft.progress import progress
+from specdraft.tables.backoff_picks import PicksAhead
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
 from specdraft.tables.train_keys import TrainKeys, store_position_keys
 from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
+
+BACKOFF_TABLE = "tables/backoff_top_tokens"
 
 
 class Rows(Protocol):
@@ -149,7 +154,7 @@ def length_tables(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], dict]]:
     and with --keep-counts the full counts (what an update after `ingest --append` merges into)."""
     tables = [
         ("tables/exact_continuations", cfg.context_lengths, {"top_k": cfg.max_continuations_per_context}),
-        ("tables/backoff_top_tokens", cfg.backoff_context_lengths, {}),
+        (BACKOFF_TABLE, cfg.backoff_context_lengths, {}),
     ]
     return tables + count_tables(cfg) if cfg.keep_counts else tables
 
@@ -163,13 +168,21 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
     the train positions, scanned as position_keys at each length in turn (Warehouse.scanning: each
     length's keys go when its tables are written); without them, the position_keys table.
     queried: the continuations are counted for the contexts of the wanted_contexts view only
-    (--ngram-contexts queried), the positions of other contexts dropped before they are grouped."""
+    (--ngram-contexts queried), the positions of other contexts dropped before they are grouped.
+
+    With keys, backoff_top_tokens is made from them in numpy (backoff_picks.py), beside DuckDB's
+    work on the length, and written in key order, which the walk then reads without sorting."""
     lengths = sorted({length for _, table_lengths, _ in tables for length in table_lengths})
     started: set[str] = set()
-    # the next length's keys are hashed (numpy, which lets go of the GIL) while DuckDB builds this one's
-    with ThreadPoolExecutor(max_workers=1) as ahead:
+    in_numpy = keys is not None and not into
+    backoff_lengths = [length for length in lengths for name, table_lengths, _ in tables
+                       if name == BACKOFF_TABLE and length in table_lengths] if in_numpy else []
+    # the next length's keys are hashed (numpy, which lets go of the GIL) while DuckDB builds this
+    # one's tables, and so are the backoff picks (PicksAhead)
+    with ThreadPoolExecutor(max_workers=1) as ahead, PicksAhead(keys, backoff_lengths) as backoff_picks:
         upcoming = ahead.submit(keys.at, lengths[0]) if keys is not None and lengths else None
         for i, ctx_len in enumerate(progress(lengths, desc="n-gram tables", unit="length")):
+            backoff_picks.reach(ctx_len)
             scans = nullcontext()
             if upcoming is not None:
                 scans = wh.scanning(position_keys=upcoming.result())
@@ -184,10 +197,15 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                 else:
                     wh.materialize("tables/length_continuations", view=True)
                 for name, table_lengths, params in tables:
-                    if ctx_len in table_lengths:
+                    if ctx_len not in table_lengths:
+                        continue
+                    if name == BACKOFF_TABLE and in_numpy:
+                        rows = backoff_picks.take(ctx_len).as_table(ctx_len)
+                        wh.store("backoff_top_tokens", rows, append=name in started)
+                    else:
                         target = {"into": into(name), "temp": True} if into else {}
                         wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
-                        started.add(name)
+                    started.add(name)
     for view in ("length_next_tokens", "length_continuations", "length_keys"):
         wh.drop_view(view)
     if queried:
