@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
+from specdraft.tables import ngrams
 from specdraft.tables.hashing import window_key
 from specdraft.tables.ngrams import build_ngram_tables, index_counters
 from specdraft.warehouse.connection import Warehouse
@@ -147,13 +150,19 @@ trace_sets = st.lists(st.tuples(st.sampled_from(["train", "train", "eval"]), tok
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=trace_sets, draft_len=st.integers(1, 4), cap=st.integers(0, 40), top_k=st.integers(1, 3),
-       cut=st.integers(0, 12), keep_counts=st.booleans(), contexts=st.sampled_from(["queried", "all"]))
-def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut, keep_counts, contexts):
+       cut=st.integers(0, 12), keep_counts=st.booleans(), contexts=st.sampled_from(["queried", "all"]),
+       numpy_picks=st.booleans())
+def test_random_tables_equal_the_oracle(tmp_path_factory, traces, draft_len, cap, top_k, cut, keep_counts, contexts,
+                                        numpy_picks):
+    """numpy_picks: backoff_top_tokens grouped in numpy from the train keys (backoff_picks.py), or
+    by its SQL file (where its picks would not fit in memory)."""
     cfg = RunConfig(draft_len=draft_len, context_lengths=(1, 2, 3, 5), backoff_context_lengths=(1, 3),
                     backoff_min_context_len=1, max_index_positions=cap, backoff_max_index_positions=cap,
                     max_continuations_per_context=top_k, max_completion_tokens=cut, keep_counts=keep_counts,
                     ngram_contexts=contexts)
-    wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
+    with mock.patch.object(ngrams, "numpy_picks", return_value=numpy_picks) as asked:
+        wh = build(tmp_path_factory.mktemp("random"), traces, cfg)
+    assert asked.called
     check_exact(wh, traces, cfg)
     check_backoff(wh, traces, cfg)
 
@@ -162,7 +171,6 @@ def test_train_keys_too_large_for_the_budget_are_built_a_chunk_at_a_time(tmp_pat
     """Beyond what the memory budget leaves beside DuckDB, the train keys are the position_keys
     table (spilled by DuckDB) instead of numpy arrays, written a few traces at a time, and the
     tables are the same."""
-    from specdraft.tables import ngrams
     from specdraft.tables.train_keys import BYTES_PER_POSITION, WIDE_BYTES_PER_POSITION, TrainKeys
 
     cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
