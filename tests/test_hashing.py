@@ -1,6 +1,6 @@
 """Sorting context keys: key_order and length_key_order equal numpy's stable argsort and lexsort
 (the backoff walk sorts its picks and probes with key_order, export its tables with
-length_key_order). The keys' modulo (mod) equals numpy's %."""
+length_key_order), and sorted_by_key's keys are the keys in that order. The keys' modulo (mod) equals numpy's %."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdraft.tables.hashing import P1, P2, key_order, length_key_order, mod
+from specdraft.tables.hashing import P1, P2, key_order, length_key_order, mod, sorted_by_key
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -19,6 +19,8 @@ def test_key_order_is_a_stable_argsort(keys):
     sort), equal keys, few rows."""
     keys = np.array([high + low for high, low in keys], dtype=np.int64)
     assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
+    order, ordered = sorted_by_key(keys)
+    assert np.array_equal(ordered, keys[order])
 
 
 def test_key_order_on_spread_keys():
@@ -26,6 +28,9 @@ def test_key_order_on_spread_keys():
     keys[::7] = keys[3]  # duplicates, kept in row order
     keys[1000:1100] = 2**61 + np.arange(100)[::-1]  # equal but for the low bits the packing drops, descending
     assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
+    order, ordered = sorted_by_key(keys)
+    assert np.array_equal(ordered, np.sort(keys))
+    assert np.array_equal(sorted_by_key(keys[:1000] >> 30)[1], np.sort(keys[:1000] >> 30))  # no low bits dropped
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)

@@ -21,7 +21,7 @@ from typing import Self
 import numpy as np
 import pyarrow as pa
 
-from specdraft.tables.hashing import key_order
+from specdraft.tables.hashing import key_order, sorted_by_key
 from specdraft.tables.train_keys import TrainKeys
 from specdraft.warehouse.connection import Warehouse
 
@@ -77,16 +77,16 @@ class LengthPicks:
         key, defined = keys.key(ctx_len)
         rows = np.flatnonzero(defined & keys.has_backoff)
         del defined
-        contexts = key[rows]
+        # gathered in row order (sequential reads), then moved into key order: the random reads
+        # of a length's sort are most of its time
+        contexts, tokens = key[rows], keys.base["token_id"][rows]
         del key  # (few full-length arrays at a time: this runs beside DuckDB's build)
-        order = key_order(contexts)  # by context; a context's positions stay in train order
-        rows, contexts = rows[order], contexts[order]
-        del order
+        order, contexts = sorted_by_key(contexts)  # by context; a context's positions stay in train order
+        tokens = tokens[order]
         if not len(rows):
             return cls(contexts, None, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
         starts = np.flatnonzero(np.r_[True, contexts[1:] != contexts[:-1]])
         total = np.diff(np.r_[starts, len(rows)])
-        tokens = keys.base["token_id"][rows]
         token_id, count = tokens[starts], np.ones(len(starts), dtype=np.int64)
         repeated = total > 1
         if repeated.any():  # the contexts seen more than once: each of their tokens counted
@@ -97,12 +97,11 @@ class LengthPicks:
             pairs <<= bits
             pairs |= token
             # stable: a (context, token)'s first position comes first, the first time it was seen
-            order = key_order(pairs)
-            pairs = pairs[order]
+            pair_order, pairs = sorted_by_key(pairs)
             first = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]])
             pair_count = np.diff(np.r_[first, len(pairs)])
-            first_seen = keys.base["backoff_order"][rows[np.flatnonzero(at)[order[first]]]]
-            del order, at, rows
+            first_seen = keys.base["backoff_order"][rows[order[np.flatnonzero(at)[pair_order[first]]]]]
+            del pair_order, order, at, rows
             pair_context = pairs[first] >> bits
             # the highest count, then the first seen: backoff_top_tokens.sql's arg_max
             rank = (pair_count << SEEN_BITS) - first_seen
