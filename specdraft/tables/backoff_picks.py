@@ -1,15 +1,17 @@
 """The backoff drafter's picks (backoff_top_tokens) in numpy, sorted by context key.
 
-- The n-gram stage makes them from the train keys it holds in memory (LengthPicks.of_positions):
-  a sort of the positions by context, then of the repeated contexts' positions by next token.
-  That is sql/tables/backoff_top_tokens.sql's grouping (which a build whose keys were spilled, or
-  made on Spark, still runs), and they are written to the table in key order.
+- The n-gram stage makes them from the train keys it holds in memory (LengthPicks.of_positions),
+  where they will fit in memory for the walk too (ngrams.numpy_picks): a sort of the positions by
+  context, then of the repeated contexts' positions by next token. That is
+  sql/tables/backoff_top_tokens.sql's grouping (which runs elsewhere: a build whose keys were
+  spilled, or made on Spark, or whose picks would not fit), and they are written to the table in
+  key order.
 - The backoff walk reads them back (LengthPicks.read) and searches them (a lookup is a binary
   search); rows read in key order need no sort.
 
 Development set, --preset seed (8 lengths, 10.1M picks): the table took 2.1 s in DuckDB and the
 walk's read and sort 1.2 s; made here on a thread beside DuckDB's other tables, and read without
-the sort, the run took 10.5-10.6 s against 11.0-11.5 s, with the same rows.
+the sort, the run took 10.4-10.9 s against 11.0-11.6 s (alternated, 5 runs each), the same rows.
 """
 
 from __future__ import annotations
@@ -151,9 +153,9 @@ class PicksAhead:
     """LengthPicks.of_positions for `lengths`, taken in that order, each made on a thread (numpy
     lets go of the GIL in its sorts) beside what the caller does meanwhile: the first once the
     caller reaches its length (not beside the heavier groupings of the shorter lengths before it),
-    each next one when the one before is taken. (Two lengths made at once, on two threads, took the
-    seed preset's n-gram stage from 5.5 s to 5.1 s on the development set, but its peak from 0.98
-    to 1.08 GiB.)"""
+    each next one when the one before is taken. (Two lengths made at once, on two threads, gave
+    the seed preset's n-gram stage on the development set 5.08-5.10 s against 4.88-5.21 s, the
+    cores being busy with DuckDB, and its peak 0.99-1.05 GiB against 0.88-0.92.)"""
 
     def __init__(self, keys: TrainKeys, lengths: list[int]) -> None:
         self._keys, self._lengths = keys, list(lengths)

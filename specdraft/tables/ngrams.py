@@ -12,9 +12,10 @@
 Every table comes from one file in sql/; Python only loops over the doubling steps of the
 hash powers (log2 of the longest trace) and the context lengths, never over positions. On DuckDB
 the train positions' keys are numpy arrays (train_keys.py: position_keys.sql's arithmetic without
-its window sorts, one length's key at a time), and backoff_top_tokens is grouped from them in
-numpy (backoff_picks.py: backoff_top_tokens.sql's rows); on Spark, or where the keys would not fit
-in memory, they are position_keys.sql's table and the SQL file groups them. An incremental update after
+its window sorts, one length's key at a time), and where the backoff walk will search its picks
+in memory (numpy_picks) backoff_top_tokens is grouped from them in numpy (backoff_picks.py: the SQL
+file's rows); on Spark, or where the keys would not fit in memory, they are position_keys.sql's
+table. Elsewhere the SQL file groups backoff_top_tokens. An incremental update after
 `specdraft ingest --append` (incremental.py) runs the same files over the appended traces alone.
 """
 
