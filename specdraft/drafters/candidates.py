@@ -28,7 +28,7 @@ from specdraft.drafters.ngram_paths import build_ngram_choices
 from specdraft.policy import policy_for
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import Warehouse, release_unused_memory
 
 FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_parts.sql)
 # Sources kept as views, which the candidates table reads (its family column names their rows):
@@ -98,6 +98,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
                 as_view)
         wh.store("backoff_candidates", backoff_candidates(wh, cfg))
         wh.store("prompt_candidates", prompt.result())
+    release_unused_memory()  # the walk's freed arrays, kept by its threads' heaps, before the SQL
     for table, family in VIEWED_SOURCES:
         _source(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len}, as_view=True)
     wh.materialize("drafters/online_candidates",

@@ -82,8 +82,11 @@ class LengthPicks:
         # gathered in row order (sequential reads), then moved into key order: the random reads
         # of a length's sort are most of its time
         contexts, tokens = key[rows], keys.base["token_id"][rows]
-        del key  # (few full-length arrays at a time: this runs beside DuckDB's build)
+        # (few and narrow arrays at a time: this runs beside DuckDB's build)
+        del key
+        rows = rows.astype(np.int32)
         order, contexts = sorted_by_key(contexts)  # by context; a context's positions stay in train order
+        order = order.astype(np.int32)
         tokens = tokens[order]
         if not len(rows):
             return cls(contexts, None, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
@@ -93,7 +96,8 @@ class LengthPicks:
         repeated = total > 1
         if repeated.any():  # the contexts seen more than once: each of their tokens counted
             at = np.repeat(repeated, total)
-            pairs = np.repeat(np.arange(len(starts), dtype=np.int64), total)[at]  # (context, token)
+            context = np.flatnonzero(repeated)
+            pairs = np.repeat(context, total[context])  # (context, token)
             token = tokens[at]
             bits = max(int(token.max()), 1).bit_length()
             pairs <<= bits

@@ -205,6 +205,8 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                     if name == BACKOFF_TABLE and numpy_lengths:
                         rows = backoff_picks.take(ctx_len).as_table(ctx_len)
                         wh.store("backoff_top_tokens", rows, append=name in started)
+                        del rows
+                        trim_malloc_heap()  # the picks' freed temporaries, kept by their thread's heap
                     else:
                         target = {"into": into(name), "temp": True} if into else {}
                         wh.materialize(name, {**params, "ctx_len": ctx_len}, append=name in started, **target)
