@@ -41,6 +41,8 @@ def walked(tmp_path, traces, cfg, lookup="memory"):
         if lookup == "unsorted":
             wh.run_text("create or replace table backoff_top_tokens as "
                         "select * from backoff_top_tokens order by hash(ctx_hash, token_id)")
+        if lookup == "memory":  # as written, in key order: the picks are read without a sort
+            assert all(LengthPicks.read(wh, ctx_len).rows is None for ctx_len in cfg.backoff_context_lengths)
         build_query_positions(wh, cfg)
         with mock.patch.object(LengthPicks, "fit_beside", return_value=not joins), \
                 mock.patch.object(TablePicks, "find", autospec=True, side_effect=TablePicks.find) as joined:
