@@ -43,6 +43,7 @@ ONE = np.uint64(1)
 # drafter's positions (a few dozen drafts) are one chunk either way.
 SCORE_CHUNK = 64
 
+
 @dataclass(frozen=True)
 class TreeEnsemble:
     """baseline + the sum of one leaf value per tree; `nodes` has NODE_COLUMNS (see the module

@@ -220,11 +220,10 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
 def numpy_picks(wh: Warehouse, positions: int, lengths: int) -> bool:
     """Is backoff_top_tokens grouped in numpy from the train keys in memory? Where the walk will
     search its picks in memory: at most one a train position and length, they fit beside DuckDB
-    (LengthPicks.fit_beside's room). There, rows in key order spare the walk its sort: --preset
-    seed on the development set took 10.3-10.8 s against 11.0-11.5 s (the candidates stage 2.1-2.5 s
-    against 3.0-3.3 s). The grouping itself is on one thread against DuckDB's two, as fast on the
-    development set but not beyond: on all 25,676 train rows (whose picks the walk joins) the
-    n-gram stage took 23.2 s against 17.5 s in SQL."""
+    (LengthPicks.fit_beside's room). There, rows in key order spare the walk its sort (the
+    figures are in backoff_picks.py). The grouping itself is on one thread against DuckDB's two,
+    as fast on the development set but not beyond: on all 25,676 train rows (whose picks the walk
+    joins) the n-gram stage took 23.2 s against 17.5 s in SQL."""
     return wh.fits_beside_duckdb(positions * lengths * BYTES_PER_PICK)
 
 

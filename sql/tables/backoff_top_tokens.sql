@@ -4,8 +4,9 @@
 -- params: $ctx_len INTEGER
 -- The backoff drafter's pick per context: the most frequent next token (ties to the first
 -- seen, as Counter.most_common), its count, and the context's total count. Built one context
--- length at a time (appended). Where the train keys are in memory (DuckDB builds that fit),
--- specdraft/tables/backoff_picks.py makes these rows in numpy instead, in key order.
+-- length at a time (appended). Where the train keys are in memory and the walk's picks will be
+-- too (ngrams.numpy_picks), specdraft/tables/backoff_picks.py makes these rows in numpy instead,
+-- in key order.
 -- A context followed by one token only (most contexts of the longer lengths) has that token as
 -- its pick, without counting per token: only the contexts followed by several tokens are
 -- grouped by (context, token), which saves a grouping of nearly every position at those lengths.
