@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -651,5 +652,25 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
     result = benchmark.run_bench(Path(data), flags, reference, memory_limit, Path(peer) if peer else None)
     click.echo(json.dumps(result, indent=2) if as_json else benchmark.format_bench(result))
 
+def entry() -> None:
+    """The `specdraft` command (and `python -m specdraft.cli`): main(), and on success an exit that
+    skips the interpreter's teardown, which frees every object of the run one by one (0.13-0.16 s
+    of the seed preset's development-set run, against 0.03 s). Everything the run wrote is closed
+    by then (warehouses, files, worker pools; the snapshot's copy is a process of its own); what
+    stdout and stderr still buffer is flushed first. Errors and usage errors exit as usual."""
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken pipe: let Python report it as it would
+        raise SystemExit(1) from None
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

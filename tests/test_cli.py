@@ -42,6 +42,26 @@ def test_missing_file_is_one_line_exit_1(tmp_path):
     assert result.stdout == ""
 
 
+def test_the_command_ends_with_its_whole_output_and_its_exit_codes(tmp_path):
+    """`python -m specdraft.cli` (entry(), which the `specdraft` script calls too) ends a successful
+    run without the interpreter's teardown: its output still comes out whole into a pipe, and
+    errors keep their codes and messages (entry lets them exit as usual)."""
+    import subprocess
+    import sys
+
+    def command(*args):
+        return subprocess.run([sys.executable, "-m", "specdraft.cli", *args], capture_output=True, text=True,
+                              check=False)
+
+    helped = command("--help")
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("Usage: ")
+    assert all(f"\n  {command} " in helped.stdout for command in COMMANDS)  # to the last line
+    failed = command("run", "--data", str(tmp_path / "nope.parquet"), "--warehouse", str(tmp_path / "wh"))
+    assert failed.returncode == 1 and "nope.parquet" in failed.stderr
+    assert command("run", "--no-such-flag").returncode == 2
+
+
 def test_missing_column_names_file_and_column(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
