@@ -6,6 +6,8 @@
                     -> ngram_candidates  (SQL: join with ngram_choices)
                     -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
                     -> prompt_candidates (Python text rules, autocomplete.py)
+                    -> arithmetic_candidates (Python: the calculation just written out,
+                                          arithmetic.py; --preset default)
                     -> recent_copy_candidates, ngram_all_candidates (beyond the seed; views,
                                           read once, by candidates)
                     -> online_candidates (the online scenario, --online)
@@ -22,6 +24,7 @@ import pyarrow as pa
 
 from specdraft.config import RunConfig
 from specdraft.drafters import families
+from specdraft.drafters.arithmetic import Arithmetic
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_candidates
 from specdraft.drafters.ngram_paths import build_ngram_choices
@@ -54,7 +57,7 @@ def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
 def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig) -> pa.Table:
     """Prompt autocomplete's drafts at the query positions of query_traces.sql's rows: Python text
     work, which touches no connection (build_candidates runs it beside the SQL sources)."""
-    trace_ids, positions, drafts, scores = [], [], [], []
+    rows = []
     for trace_id, _split, prompt_len, tokens, prompt, completion_positions in progress(
         traces, desc="prompt autocomplete", unit="trace"
     ):
@@ -62,21 +65,37 @@ def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig)
         for cpos, proposal in drafter.walk(completion_positions):
             if proposal is not None:
                 draft, score = proposal
-                trace_ids.append(trace_id)
-                positions.append(prompt_len + cpos)
-                drafts.append(list(draft))
-                scores.append(score)
-    n = len(trace_ids)
+                rows.append((trace_id, prompt_len + cpos, draft, score))
+    return _drafts_table("prompt-autocomplete", rows)
+
+
+def arithmetic_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig, enabled: bool) -> pa.Table:
+    """Arithmetic drafts (arithmetic.py) at the query positions of query_traces.sql's rows (none
+    unless `enabled`); like prompt autocomplete, Python that touches no connection."""
+    rows = []
+    drafter = Arithmetic(tokenizer, cfg.draft_len)
+    for trace_id, _split, prompt_len, tokens, _prompt, completion_positions in (traces if enabled else ()):
+        for cpos in completion_positions:
+            draft = drafter.propose(tokens, prompt_len + cpos)
+            if draft is not None:
+                rows.append((trace_id, prompt_len + cpos, draft, 0.0))
+    return _drafts_table("arithmetic", rows)
+
+
+def _drafts_table(family: str, rows: list[tuple]) -> pa.Table:
+    """A text source's drafts, (trace_id, pos, draft, score) rows, in candidates.sql's columns."""
+    n = len(rows)
+    trace_ids, positions, drafts, scores = zip(*rows) if rows else ((), (), (), ())
     return pa.table(
         {
             "trace_id": pa.array(trace_ids, pa.int64()),
             "pos": pa.array(positions, pa.int64()),
-            "family": pa.array(["prompt-autocomplete"] * n, pa.string()),
-            "source": pa.array(["prompt-autocomplete"] * n, pa.string()),
+            "family": pa.array([family] * n, pa.string()),
+            "source": pa.array([family] * n, pa.string()),
             "ctx_len": pa.nulls(n, pa.int32()),
             "count": pa.nulls(n, pa.int64()),
             "score": pa.array(scores, pa.float64()),
-            "draft": pa.array(drafts, pa.list_(pa.int32())),
+            "draft": pa.array([list(draft) for draft in drafts], pa.list_(pa.int32())),
         }
     )
 
@@ -91,6 +110,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     # development set the stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg)
+        arithmetic = beside.submit(arithmetic_candidates, traces, tokenizer, cfg, "arithmetic" in policy.families)
         as_view = _sources_as_views(wh)
         _source(wh, "copy_candidates",
                 {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len}, as_view)
@@ -98,6 +118,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
                 as_view)
         wh.store("backoff_candidates", backoff_candidates(wh, cfg))
         wh.store("prompt_candidates", prompt.result())
+        wh.store("arithmetic_candidates", arithmetic.result())
     release_unused_memory()  # the walk's freed arrays, kept by its threads' heaps, before the SQL
     for table, family in VIEWED_SOURCES:
         _source(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len}, as_view=True)

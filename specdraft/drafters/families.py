@@ -39,6 +39,7 @@ FAMILIES = (
     Family("ngram-all", False, True, "the likeliest continuation at every context length that hits"),
     Family("ngram-rank2", False, False, "the second continuation (agreement evidence)"),
     Family("online", False, True, "continuations of traces already served (--online)"),
+    Family("arithmetic", False, True, "the result of the calculation the text has just written out"),
 )
 NAMES = tuple(family.name for family in FAMILIES)
 ORDER = {name: order for order, name in enumerate(NAMES)}

@@ -44,6 +44,7 @@ from typing import Self
 import numpy as np
 
 from specdraft.drafters import families
+from specdraft.drafters.arithmetic import Arithmetic
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
@@ -64,6 +65,7 @@ from specdraft.policy.draft_trees import TREE_DRAFTS, AcceptanceCurves, TokenTre
 from specdraft.policy.evaluate import NEAR_TIE
 
 B, M = keys.B, keys.M
+ARITHMETIC = families.ORDER["arithmetic"]
 COPY, PROMPT, BACKOFF, NGRAM = (families.ORDER[name] for name in families.SEED)
 # Above this many (position, copy length) pairs a prompt's copy index is frozen in sorted arrays
 # instead of dicts (a 1M-token prompt would otherwise need 11M dict entries).
@@ -110,6 +112,8 @@ class Drafter:
             rank2 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
             self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
                                    if n in rank1]
+        # drafters/arithmetic.py, where the policy scores its drafts (a bundle from before it does not)
+        self.arithmetic = Arithmetic(tokenizer, self.draft_len) if ARITHMETIC in (self.scored or ()) else None
         if online is None:
             online = cfg.online
         if online and not cfg.online:
@@ -315,6 +319,10 @@ class Session:
         store = drafter.online_store
         if store is not None:
             out += store.candidates(self._prefix, len(self.tokens), drafter.draft_len)
+        if drafter.arithmetic is not None:
+            draft = drafter.arithmetic.propose(self.tokens, len(self.tokens))
+            if draft is not None:
+                out.append(Candidate(ARITHMETIC, 0, 0, 0, list(draft), "arithmetic"))
         return out
 
     def _scores(self, candidates: list[Candidate], trees: bool = False) -> tuple[list[int], list[float]]:

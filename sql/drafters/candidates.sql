@@ -1,7 +1,7 @@
 -- out: candidates
 -- grain: trace_id, pos, source
 -- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
---        recent_copy_candidates, ngram_all_candidates, online_candidates, source_families
+--        recent_copy_candidates, ngram_all_candidates, online_candidates, arithmetic_candidates, source_families
 -- params: $draft_len BIGINT
 -- Every source's draft at every query position, with how many of its leading tokens match the
 -- trace (accepted). family_order is the family's place in specdraft/families.py: the seed's
@@ -22,6 +22,9 @@ with drafts as (
     union all
     -- the online scenario only (--online)
     select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from online_candidates
+    union all
+    -- --preset default (empty under --preset seed)
+    select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from arithmetic_candidates
 ),
 -- the trace's next draft_len tokens at each query position, sliced once per position (slicing per
 -- draft would copy each trace's token list into every draft row of the join)
