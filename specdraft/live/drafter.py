@@ -13,8 +13,9 @@ would at the same position, computed for one position from incremental state:
 - --preset seed: the same four sources with the same keys, scores and tie-breaks
   (sql/drafters/*.sql, drafters/backoff_walk.py, drafters/autocomplete.py, policy/evaluate.py);
 - --preset default: those, the recent copies and the n-gram at every length and rank
-  (live/confidence.py), each selectable draft scored by the run's trees (policy/trees.py) from
-  the same integer features candidate_features.sql computes.
+  (live/confidence.py) and the arithmetic draft (drafters/arithmetic.py, from the last tokens'
+  text), each selectable draft scored by the run's trees (policy/trees.py) from the same integer
+  features candidate_features.sql computes.
 
 The state:
 
