@@ -20,7 +20,8 @@ that is not an integer or a terminating decimal is not drafted, nor is an expres
 digit or operator precedes (a variable's "2y + 3 =" is not "3 =").
 
 The draft depends only on the last TAIL_TOKENS tokens' text (their bytes joined and decoded), the
-same in the candidates stage and live. On the development set's eval positions it proposes at 508
+same in the candidates stage and live, and is looked for only where one of the last MARK_TOKENS
+tokens holds "=" or "<". On the development set's eval positions it proposes at 508
 of 70,762 (2.12 tokens accepted where it does); on gsm8k-human's at 5,235 of 31,676 (3.79).
 
 >>> draft_text("So he pays 22 x 5 = ")
@@ -45,6 +46,9 @@ from functools import lru_cache
 from specdraft.sources.tokenizer import Tokenizer
 
 TAIL_TOKENS = 40  # the text the rule reads: the last this many tokens
+# and only where one of the last this many holds "=" or "<" (a result up to 14 digits long, one
+# token a digit, is still drafted): most positions are passed over without decoding any text
+MARK_TOKENS = 16
 _NUMBER = r"\d+(?:\.\d+)?"
 _OPERATOR = r"(?:[-+*/x×÷^]|\\times|\\cdot|\\div)"
 # an expression: a number, then one or more (operator, number), parentheses around numbers allowed;
@@ -190,13 +194,21 @@ class Arithmetic:
         self.tokenizer = tokenizer
         self.draft_len = draft_len
         self._piece = lru_cache(maxsize=None)(tokenizer.token_bytes)
+        self._marked = lru_cache(maxsize=None)(self._marks)
         self._encode = lru_cache(maxsize=4096)(self._encode_text)
+
+    def _marks(self, token: int) -> bool:
+        piece = self._piece(token)
+        return b"=" in piece or b"<" in piece
 
     def _encode_text(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text)[: self.draft_len])
 
     def propose(self, tokens: list[int], known: int) -> tuple[int, ...] | None:
-        """The draft after tokens[:known], or None."""
+        """The draft after tokens[:known], or None: draft_text of the last TAIL_TOKENS tokens' text,
+        where one of the last MARK_TOKENS holds "=" or "<"."""
+        if not any(map(self._marked, tokens[max(0, known - MARK_TOKENS):known])):
+            return None
         piece = self._piece
         tail = b"".join([piece(token) for token in tokens[max(0, known - TAIL_TOKENS):known]])
         text = draft_text(tail.decode("utf-8", errors="replace"))
