@@ -150,16 +150,21 @@ def draft_text(tail: str) -> str | None:
     """The rest of the calculation `tail` (the text so far) ends in, or None."""
     if "=" not in tail[-24:] and not tail.endswith("<<"):
         return None  # (most positions: no calculation is being written)
-    match = _ANNOTATION_SHUT.search(tail)
+    # what each pattern needs at the end, looked at before it is searched for (a search tries every
+    # start in the tail): the tail without a number begun there ends in ">>" or "=" (spaces before
+    # the number allowed after "=" only), and the annotations' own "<<"
+    before_number = tail.rstrip("0123456789.")
+    annotated = "<<" in tail
+    match = annotated and before_number.endswith(">>") and _ANNOTATION_SHUT.search(tail)
     if match:
         result, written = match.groups()
         return _rest(result, written)
-    match = _ANNOTATION_OPEN.search(tail)
+    match = annotated and before_number.endswith("=") and _ANNOTATION_OPEN.search(tail)
     if match:
         result = calculate(match.group(1))
         rest = None if result is None else _rest(result, match.group(2))
         return None if rest is None else rest + ">>" + result
-    match = _BEFORE_ANNOTATION.search(tail)
+    match = tail.endswith("<<") and _BEFORE_ANNOTATION.search(tail)
     if match:
         result = calculate(match.group(1))
         if result is None:
@@ -168,7 +173,7 @@ def draft_text(tail: str) -> str | None:
         for symbol in ("x", "×", "\\times", "\\cdot"):
             inner = inner.replace(symbol, "*")
         return f"{inner.replace('÷', '/').replace(chr(92) + 'div', '/')}={result}>>{result}"
-    match = _WRITTEN.search(tail)
+    match = before_number.rstrip().endswith("=") and _WRITTEN.search(tail)
     if match:
         expression, space_before, space_after, written = match.groups()
         result = calculate(expression)
@@ -213,3 +218,4 @@ class Arithmetic:
         tail = b"".join([piece(token) for token in tokens[max(0, known - TAIL_TOKENS):known]])
         text = draft_text(tail.decode("utf-8", errors="replace"))
         return self._encode(text) if text else None
+
