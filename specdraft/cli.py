@@ -667,7 +667,7 @@ def entry() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed or broken pipe: let Python report it as it would
+    except (OSError, ValueError):  # a closed or broken pipe: the usual exit, with an error code
         raise SystemExit(1) from None
     os._exit(0)
 

@@ -73,8 +73,10 @@ def arithmetic_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunCon
     """Arithmetic drafts (arithmetic.py) at the query positions of query_traces.sql's rows (none
     unless `enabled`); like prompt autocomplete, Python that touches no connection."""
     rows = []
+    if not enabled:
+        return _drafts_table("arithmetic", rows)
     drafter = Arithmetic(tokenizer, cfg.draft_len)
-    for trace_id, _split, prompt_len, tokens, _prompt, completion_positions in (traces if enabled else ()):
+    for trace_id, _split, prompt_len, tokens, _prompt, completion_positions in traces:
         for cpos in completion_positions:
             draft = drafter.propose(tokens, prompt_len + cpos)
             if draft is not None:
@@ -105,9 +107,9 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     policy = policy_for(cfg.preset)
     build_ngram_choices(wh, cfg, policy.ngram_by_support)
     traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
-    # Prompt autocomplete is Python over text; the walk's searches (and the SQL sources, where they
-    # are tables) are DuckDB and numpy, which let go of the GIL: the two run side by side (on the
-    # development set the stage took 6.9 s with them in turn).
+    # Prompt autocomplete (then arithmetic) is Python over text; the walk's searches (and the SQL
+    # sources, where they are tables) are DuckDB and numpy, which let go of the GIL: the two run
+    # side by side (on the development set the stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg)
         arithmetic = beside.submit(arithmetic_candidates, traces, tokenizer, cfg, "arithmetic" in policy.families)
