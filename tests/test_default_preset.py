@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specdraft.config import RunConfig
+from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
+from specdraft.live.confidence import Candidate, scoring_indexes
 from specdraft.pipeline import run_all
-from specdraft.policy.confidence import SELECTABLE
+from specdraft.policy.confidence import SELECTABLE, scoring_rows
 
 from .conftest import FIXTURES
 
@@ -50,7 +54,8 @@ def _selected_without(warehouse, family: str | None) -> float:
     from the warehouse's features rather than through leave_one_out_table's exclude_families: the
     family's rows are dropped in SQL (they still count in the other drafts' agreement features, as
     in the pipeline), a fresh model is fitted on the calibration rows left, and each eval position's
-    pick (the first highest prediction among the selectable drafts) is made in plain Python."""
+    pick (the first highest prediction among the selectable drafts, each draft scored from its
+    first selectable copy) is made in plain Python."""
     from threadpoolctl import threadpool_limits
 
     from specdraft.policy.confidence import ConfidencePolicy
@@ -71,11 +76,15 @@ def _selected_without(warehouse, family: str | None) -> float:
         positions = wh.run_text("select sum(n_tokens - prompt_len) from selected_traces "
                                    "where split = 'eval'").fetchall()[0][0]
     best: dict[tuple[int, int], tuple[float, int]] = {}
+    scores: dict[tuple[int, int, int], float] = {}  # a draft's score: its first selectable copy's
     rows = zip(drafts.column("trace_id").to_pylist(), drafts.column("pos").to_pylist(),
-               drafts.column("family").to_pylist(), policy.score(drafts).tolist(),
-               drafts.column("accepted").to_pylist())
-    for trace_id, pos, draft_family, predicted, accepted in rows:
-        if draft_family in SELECTABLE and ((trace_id, pos) not in best or predicted > best[trace_id, pos][0]):
+               drafts.column("family").to_pylist(), drafts.column("draft_key").to_pylist(),
+               policy.score(drafts).tolist(), drafts.column("accepted").to_pylist())
+    for trace_id, pos, draft_family, draft_key, predicted, accepted in rows:
+        if draft_family not in SELECTABLE:
+            continue
+        predicted = scores.setdefault((trace_id, pos, draft_key), predicted)
+        if (trace_id, pos) not in best or predicted > best[trace_id, pos][0]:
             best[trace_id, pos] = (predicted, accepted)
     return sum(accepted for _, accepted in best.values()) / positions
 
@@ -229,3 +238,30 @@ def test_a_small_budget_writes_the_seed_sources_out_and_a_large_one_views_them(t
     run_until("candidates", RunConfig(**FLAGS), RunInputs(tmp_path, data, "unused"))
     with Warehouse(tmp_path, read_only=True, dataset="parity_traces") as wh:
         _sources_are_what_candidates_holds(wh, views)
+
+
+# (position, family order, draft) rows: few positions, families and tokens, so drafts repeat
+DRAFT_ROWS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(families.NAMES) - 1),
+                                st.lists(st.integers(0, 2), max_size=3)), max_size=30)
+
+
+@given(DRAFT_ROWS)
+def test_a_draft_is_scored_from_the_same_row_in_the_warehouse_and_live(rows):
+    """Each copy of a draft at a position takes the score of one row: the first of a choosable
+    family, else the first. The evaluation (scoring_rows, over draft keys) and the live session
+    (scoring_indexes, over token lists) must name the same row, or replay would not be exact."""
+    rows = sorted(rows, key=lambda row: row[:2])  # candidate order: position, then family order
+    choices = frozenset(families.ORDER[name] for name in SELECTABLE)
+    positions = np.array([row[0] for row in rows], dtype=np.int64)
+    keys = np.array([hash(tuple(row[2])) % 2**64 for row in rows], dtype=np.uint64)
+    warehouse = scoring_rows(positions, keys, np.array([row[1] in choices for row in rows], dtype=bool))
+    live = []
+    for position in sorted(set(positions.tolist())):
+        at = [i for i, row in enumerate(rows) if row[0] == position]
+        candidates = [Candidate(rows[i][1], 0, 0, 0, rows[i][2]) for i in at]
+        live += [at[j] for j in scoring_indexes(candidates, list(range(len(at))), choices)]
+    assert warehouse.tolist() == live
+    for i, scorer in enumerate(live):
+        copies = [j for j, row in enumerate(rows) if row[0] == rows[i][0] and row[2] == rows[i][2]]
+        choosable = [j for j in copies if rows[j][1] in choices]
+        assert scorer == (choosable or copies)[0]

@@ -230,6 +230,9 @@ class ConfidenceChoice:
     # the families whose drafts branch token trees and multi-draft proposals: the choices and
     # evidence drafts (families.IN_TREES); a bundle of a run before them: the choices
     scored: tuple[str, ...] = ()
+    # each distinct draft at a position scored once, from its scorer's features
+    # (confidence.scoring_rows); a bundle of a run before that scores every draft
+    per_draft: bool = False
 
 
 @dataclass(frozen=True)
@@ -356,7 +359,8 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
             choices = tuple(str(c) for c in data["choices"])
             return ConfidenceChoice(choices, tuple(data["features"]), ensemble,
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
-                                    tuple(str(c) for c in data.get("scored", choices)))
+                                    tuple(str(c) for c in data.get("scored", choices)),
+                                    data.get("scoring") == "per-draft")
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

@@ -241,9 +241,9 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candi
     return rank1, rank2
 
 
-def feature_rows(candidates: list[Candidate], completion_pos: int, choices: frozenset[int]) -> tuple[list[int], np.ndarray]:
-    """The indexes of the candidates of the `choices` families and their feature matrix (candidate_features.sql, in
-    feature_columns() order) over the whole set at the position, which is in (family order,
+def feature_rows(candidates: list[Candidate], completion_pos: int, rows: list[int]) -> np.ndarray:
+    """The feature matrix of the candidates at indexes `rows` (candidate_features.sql, in
+    feature_columns() order), over the whole set at the position, which is in (family order,
     context length) order. The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
     each level summed from the distinct keys of the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
@@ -273,13 +273,10 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, choices: froz
     ngram1, ngram4 = (heads[ngram][:1], heads[ngram][:4]) if ngram is not None else (None, None)
     shared = (len(candidates), candidates[recent].ctx_len if recent is not None else 0,
               candidates[ngram].ctx_len if ngram is not None else 0, longest_copy, completion_pos)
-    picked, flat = [], []  # the rows one after another: numpy reads a flat list of ints fastest
-    for i, c in enumerate(candidates):
-        if c.order not in choices:
-            continue
-        head = heads[i]
+    flat = []  # the rows one after another: numpy reads a flat list of ints fastest
+    for i in rows:
+        c, head = candidates[i], heads[i]
         head1, head4 = head[:1], head[:4]
-        picked.append(i)
         flat += (
             c.order, c.ctx_len, c.count, c.distance,
             agree1[head1] - 1, agree2[head[:2]] - 1, agree4[head4] - 1, agree8[head] - 1,
@@ -287,4 +284,17 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, choices: froz
             bool(head) and head1 == recent1, bool(head) and head4 == recent4,
             bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
         )
-    return picked, np.array(flat, dtype=np.int64).reshape(len(picked), WIDTH)
+    return np.array(flat, dtype=np.int64).reshape(len(rows), WIDTH)
+
+
+def scoring_indexes(candidates: list[Candidate], rows: list[int], choices: frozenset[int]) -> list[int]:
+    """Each of `rows`' scorer (candidate indexes, in candidate order): of those rows with the same
+    draft, the first of a `choices` family, else the first (confidence.scoring_rows)."""
+    drafts = [tuple(candidates[i].draft) for i in rows]
+    first: dict[tuple[int, ...], int] = {}
+    for i, draft in zip(rows, drafts):
+        if candidates[i].order in choices:
+            first.setdefault(draft, i)
+    for i, draft in zip(rows, drafts):
+        first.setdefault(draft, i)
+    return [first[draft] for draft in drafts]

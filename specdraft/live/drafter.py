@@ -58,6 +58,7 @@ from specdraft.live.confidence import (
     feature_rows,
     ngram_all_candidates,
     recent_candidates,
+    scoring_indexes,
 )
 from specdraft.live.tables import ContextTable
 from specdraft.policy.confidence import feature_columns
@@ -333,10 +334,16 @@ class Session:
         if drafter.choices is None:
             return list(range(len(candidates))), policy_scores(candidates, drafter.policy)
         families = drafter.scored if trees else drafter.choices
-        picked, matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, families)
+        picked = [i for i, c in enumerate(candidates) if c.order in families]
         if not picked:
             return [], []
-        return picked, drafter.policy.trees.raw_predict_checked(matrix).tolist()
+        completion_pos, model = len(self.tokens) - self.prompt_len, drafter.policy.trees
+        if not drafter.policy.per_draft:  # a bundle of a run before scoring per draft
+            return picked, model.raw_predict_checked(feature_rows(candidates, completion_pos, picked)).tolist()
+        scorers = scoring_indexes(candidates, picked, drafter.choices)
+        own = sorted(set(scorers))
+        raw = dict(zip(own, model.raw_predict_checked(feature_rows(candidates, completion_pos, own)).tolist()))
+        return picked, [raw[scorer] for scorer in scorers]
 
     def _copy_candidate(self):
         """sql/drafters/copy_candidates.sql: the longest copy length whose last tokens occurred

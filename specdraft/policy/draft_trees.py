@@ -33,7 +33,7 @@ from specdraft.tables.hashing import key_order, prefix_order
 
 TREE_BUDGETS = (16, 32, 64)  # tokens per tree, reported as tree_b16, tree_b32, tree_b64
 TREE_DRAFTS = 8  # a tree is built from the position's best distinct drafts, at most this many
-CURVE_BINS = 16  # quantile bins of the raw prediction
+CURVE_BINS = 128  # quantile bins of the raw prediction (see AcceptanceCurves)
 # eval drafts whose trees are made at a time (each becomes draft_len nodes), a chunk a thread: the
 # development set's trees took 0.45 s in chunks of 8k-32k drafts, 0.56 s in 64k, and two smaller
 # chunks hold less than one larger

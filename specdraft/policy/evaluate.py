@@ -26,6 +26,7 @@ from specdraft.drafters import families
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
+from specdraft.policy.confidence import scoring_rows
 from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
 from specdraft.policy.runs import rank_in_runs, run_starts
@@ -270,14 +271,21 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     scored_rows = np.flatnonzero(np.isin(all_family, [i for i, name in enumerate(names) if name in scored_from]))
     # only those are scored: a family outside them (the seed's n-gram) has one draft a position, so
     # its own pick below needs no score (development set: 67,011 of 942,397 eval drafts)
-    all_predicted = np.zeros(everything.num_rows)
-    wanted = np.zeros(everything.num_rows, dtype=bool)
-    wanted[scored_rows] = True
-    all_predicted[scored_rows] = policy.score(everything, wanted)
-    scored = everything.select(["trace_id", "pos", "source", "ctx_len", "draft_key"]).take(pa.array(scored_rows))
-    predicted, accepted, flat = all_predicted[scored_rows], all_accepted[scored_rows], all_flat[scored_rows]
     chosen_codes = [i for i, name in enumerate(names) if name in chosen_from]
-    choice = np.flatnonzero(np.isin(all_family[scored_rows], chosen_codes))  # rows of `scored`
+    is_choice = np.isin(all_family[scored_rows], chosen_codes)
+    # each distinct draft at a position is scored once, from its scorer's features (scoring_rows)
+    scorers = scoring_rows(all_flat[scored_rows], everything.column("draft_key").to_numpy()[scored_rows], is_choice)
+    own = scorers == np.arange(len(scored_rows))
+    wanted = np.zeros(everything.num_rows, dtype=bool)
+    wanted[scored_rows[own]] = True
+    predicted = np.zeros(len(scored_rows))
+    predicted[own] = policy.score(everything, wanted)
+    predicted = predicted[scorers]
+    all_predicted = np.zeros(everything.num_rows)
+    all_predicted[scored_rows] = predicted
+    scored = everything.select(["trace_id", "pos", "source", "ctx_len", "draft_key"]).take(pa.array(scored_rows))
+    accepted, flat = all_accepted[scored_rows], all_flat[scored_rows]
+    choice = np.flatnonzero(is_choice)  # rows of `scored`
     starts = run_starts(flat[choice])
     selected = np.zeros(n_positions, dtype=np.int64)
     oracle = np.zeros(n_positions, dtype=np.int64)
