@@ -660,6 +660,38 @@ def test_default_propose_with_a_verify_cost_walks_as_the_runs_adaptive_length(de
     assert drafted_per_cost[0.1] < drafted_per_cost[0.02] < drafter.draft_len
 
 
+def test_a_bundle_from_before_per_draft_scoring_scores_every_copy(default_built, default_drafter, tmp_path):
+    """A bundle whose policy.json has no "scoring" was exported by a run that scored every copy of
+    a draft from its own features: it loads and scores as that run did, so copies of one draft may
+    differ. This run's bundle scores a draft once, and its copies are equal."""
+    import hashlib
+
+    old = tmp_path / "bundle"
+    shutil.copytree(default_built[0] / "bundle", old)
+    policy = json.loads((old / "policy.json").read_text())
+    assert policy.pop("scoring") == "per-draft"
+    (old / "policy.json").write_text(json.dumps(policy))
+    manifest = json.loads((old / "manifest.json").read_text())
+    data = (old / "policy.json").read_bytes()
+    manifest["files"]["policy.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    drafters = {"per draft": default_drafter, "per copy": Drafter.load(old)}
+    assert drafters["per draft"].policy.per_draft and not drafters["per copy"].policy.per_draft
+    copies_differ = {name: 0 for name in drafters}
+    for _, prompt_len, tokens in _eval_traces(default_built[0])[:8]:
+        for name, drafter in drafters.items():
+            session = drafter.start(tokens[:prompt_len])
+            for pos in range(prompt_len, len(tokens)):
+                candidates = session._candidates()
+                picked, scores = session._scores(candidates, trees=True)
+                by_draft: dict[tuple, set] = {}
+                for i, score in zip(picked, scores):
+                    by_draft.setdefault(tuple(candidates[i].draft), set()).add(score)
+                copies_differ[name] += sum(len(seen) > 1 for seen in by_draft.values())
+                session.extend([tokens[pos]])
+    assert copies_differ["per draft"] == 0 and copies_differ["per copy"] > 0, copies_differ
+
+
 def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
     _, prompt_len, tokens = seed_eval_traces[0]
     with seed_drafter.start(tokens[:prompt_len]) as session:

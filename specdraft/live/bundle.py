@@ -4,7 +4,8 @@
                     size), the tables' context-length segments, every other file's size and sha256
     config.json     the run's RunConfig
     policy.json     the fitted policy: --preset seed, SourceAveragePolicy's global_avg and
-                    source_avg; --preset default, the confidence model's baseline and choices
+                    source_avg; --preset default, the confidence model's baseline, choices,
+                    scored families and scoring ("per-draft": one score per distinct draft)
     ngram.arrow     key, count, store_pos: per n-gram context, its rank-1 continuation
     ngram_rank2.arrow  the same for the rank-2 continuation (--preset default)
     backoff.arrow   key, token_id, count, total: per backoff context, its pick

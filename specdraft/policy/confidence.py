@@ -23,7 +23,6 @@ from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_trees import AcceptanceCurves
-from specdraft.policy.runs import run_starts
 from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse, release_unused_memory
@@ -253,7 +252,7 @@ def scoring_rows(positions: np.ndarray, draft_keys: np.ndarray, choosable: np.nd
         return rows
     order = np.lexsort((rows, ~choosable, draft_keys, positions))
     at, key = positions[order], draft_keys[order]
-    starts = run_starts(np.r_[True, (at[1:] != at[:-1]) | (key[1:] != key[:-1])].cumsum())
+    starts = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (key[1:] != key[:-1])])
     scorers = np.empty(len(rows), dtype=np.int64)
     scorers[order] = np.repeat(order[starts], np.diff(np.r_[starts, len(rows)]))
     return scorers
