@@ -567,7 +567,8 @@ def test_default_drafts_and_features_are_the_warehouses(default_built, default_d
             live = session._candidates()
             got = [(c.order, c.ctx_len, c.count, c.distance, list(c.draft)) for c in live]
             assert got == expected.get((trace_id, pos), []), (trace_id, pos)
-            live_matrix = feature_rows(live, pos - prompt_len, [i for i, c in enumerate(live) if c.order in drafter.choices])
+            live_matrix = feature_rows(live, pos - prompt_len, tokens[pos - 1] if pos else -1,
+                                       [i for i, c in enumerate(live) if c.order in drafter.choices])
             assert live_matrix.tolist() == want_rows.get((trace_id, pos), []), (trace_id, pos)
             orders |= {c.order for c in live}
             checked += len(live)

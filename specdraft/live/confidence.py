@@ -241,10 +241,10 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candi
     return rank1, rank2
 
 
-def feature_rows(candidates: list[Candidate], completion_pos: int, rows: list[int]) -> np.ndarray:
+def feature_rows(candidates: list[Candidate], completion_pos: int, last_token: int, rows: list[int]) -> np.ndarray:
     """The feature matrix of the candidates at indexes `rows` (candidate_features.sql, in
     feature_columns() order), over the whole set at the position, which is in (family order,
-    context length) order. The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
+    context length) order; last_token: the last known token (-1 before any). The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
     each level summed from the distinct keys of the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
     agree8: dict[tuple, int] = {}
@@ -283,6 +283,7 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, rows: list[in
             *shared, len(set(c.draft)),
             bool(head) and head1 == recent1, bool(head) and head4 == recent4,
             bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
+            head[0] if head else -1, last_token,
         )
     return np.array(flat, dtype=np.int64).reshape(len(rows), WIDTH)
 

@@ -97,11 +97,14 @@ class Drafter:
         self.backoff_place = {ctx_len: i for i, (ctx_len, *_) in enumerate(self.backoff_plan)}  # longest first
         self.choices: frozenset[int] | None = None  # --preset default: the families it may choose
         self.scored: frozenset[int] | None = None  # and the families that branch its token trees
+        self.feature_width = 0  # and how many feature columns its trees read
         if isinstance(self.policy, ConfidenceChoice):
-            features = list(self.policy.features)
-            if features != list(feature_columns()):
+            features, columns = list(self.policy.features), list(feature_columns())
+            # a bundle from before the last features were added reads the ones before them
+            if features != columns[: len(features)]:
                 raise SpecdraftError(f"{bundle.root / 'policy.json'}: the model reads features {features}; "
-                                     f"this specdraft computes {list(feature_columns())}")
+                                     f"this specdraft computes {columns}")
+            self.feature_width = len(features)
             self.choices = frozenset(families.ORDER[name] for name in self.policy.choices)
             self.scored = frozenset(families.ORDER[name] for name in self.policy.scored)
             # the lengths the warehouse keys (query_context_keys.sql): n-gram and copy lengths
@@ -337,13 +340,19 @@ class Session:
         picked = [i for i, c in enumerate(candidates) if c.order in families]
         if not picked:
             return [], []
-        completion_pos, model = len(self.tokens) - self.prompt_len, drafter.policy.trees
+        model = drafter.policy.trees
         if not drafter.policy.per_draft:  # a bundle of a run before scoring per draft
-            return picked, model.raw_predict_checked(feature_rows(candidates, completion_pos, picked)).tolist()
+            return picked, model.raw_predict_checked(self._features(candidates, picked)).tolist()
         scorers = scoring_indexes(candidates, picked, drafter.choices)
         own = sorted(set(scorers))
-        raw = dict(zip(own, model.raw_predict_checked(feature_rows(candidates, completion_pos, own)).tolist()))
+        raw = dict(zip(own, model.raw_predict_checked(self._features(candidates, own)).tolist()))
         return picked, [raw[scorer] for scorer in scorers]
+
+    def _features(self, candidates: list[Candidate], rows: list[int]) -> np.ndarray:
+        """The feature rows of candidates[rows], as many columns as the bundle's model reads."""
+        matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, self.tokens[-1] if self.tokens else -1,
+                              rows)
+        return matrix[:, : self.drafter.feature_width]
 
     def _copy_candidate(self):
         """sql/drafters/copy_candidates.sql: the longest copy length whose last tokens occurred

@@ -83,7 +83,11 @@ select
     coalesce(d.t1 = p.ngram_start[1], false)::integer as agree_ngram1,
     coalesce(d.start4 = p.ngram_start, false)::integer as agree_ngram4,
     -- tells drafts apart when several are verified together (multi-draft metrics)
-    hash(d.draft) as draft_key
+    hash(d.draft) as draft_key,
+    -- token ids: the draft's first and the last known one (candidates.sql); the model's thresholds
+    -- on ids pick out digits, LaTeX and the calculator's marks, which are runs of the vocabulary
+    d.t1 as first_token,
+    d.last_token
 from drafts as d
 join positions as p on p.trace_id = d.trace_id and p.pos = d.pos
 join prefix1 as p1 using (prefix1_key)

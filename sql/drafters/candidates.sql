@@ -34,7 +34,8 @@ actuals as materialized (
         q.pos,
         q.split,
         q.completion_pos,
-        t.tokens[q.pos + 1:q.pos + $draft_len] as actual
+        t.tokens[q.pos + 1:q.pos + $draft_len] as actual,
+        coalesce(t.tokens[q.pos], -1) as last_token  -- 1-based: the token before pos (-1: none)
     from query_positions as q
     join selected_traces as t using (trace_id)
 ),
@@ -44,7 +45,8 @@ aligned as (
         f.family_order,
         a.split,
         a.completion_pos,
-        a.actual
+        a.actual,
+        a.last_token
     from drafts as d
     join source_families as f using (family)
     join actuals as a using (trace_id, pos)
@@ -61,6 +63,7 @@ select
     count,
     score,
     match_pos,
+    last_token,
     draft,
     coalesce(
         list_position(
