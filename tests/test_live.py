@@ -661,21 +661,39 @@ def test_default_propose_with_a_verify_cost_walks_as_the_runs_adaptive_length(de
     assert drafted_per_cost[0.1] < drafted_per_cost[0.02] < drafter.draft_len
 
 
+def _with_policy(bundle: Path, tmp_path: Path, change) -> Path:
+    """A copy of the bundle with change(policy) applied to its policy.json, signed again in the
+    manifest (size and sha256), as an export that wrote that policy would have."""
+    import hashlib
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    policy = json.loads((copy / "policy.json").read_text())
+    change(policy)
+    (copy / "policy.json").write_text(json.dumps(policy))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    data = (copy / "policy.json").read_bytes()
+    manifest["files"]["policy.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_a_model_reading_other_features_is_refused(default_built, tmp_path):
+    """A bundle whose model reads features this specdraft does not compute in that order (a
+    newer specdraft's, or its columns swapped) is refused, naming its policy.json; only a model
+    fitted on the first of them (an older bundle) is read, on those columns."""
+    swapped = _with_policy(default_built[0] / "bundle", tmp_path,
+                           lambda policy: policy["features"].insert(1, policy["features"].pop()))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(swapped)
+    _one_line_naming(excinfo, swapped / "policy.json", "reads features")
+
+
 def test_a_bundle_from_before_per_draft_scoring_scores_every_copy(default_built, default_drafter, tmp_path):
     """A bundle whose policy.json has no "scoring" was exported by a run that scored every copy of
     a draft from its own features: it loads and scores as that run did, so copies of one draft may
     differ. This run's bundle scores a draft once, and its copies are equal."""
-    import hashlib
-
-    old = tmp_path / "bundle"
-    shutil.copytree(default_built[0] / "bundle", old)
-    policy = json.loads((old / "policy.json").read_text())
-    assert policy.pop("scoring") == "per-draft"
-    (old / "policy.json").write_text(json.dumps(policy))
-    manifest = json.loads((old / "manifest.json").read_text())
-    data = (old / "policy.json").read_bytes()
-    manifest["files"]["policy.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (old / "manifest.json").write_text(json.dumps(manifest))
+    old = _with_policy(default_built[0] / "bundle", tmp_path, lambda policy: policy.pop("scoring"))
     drafters = {"per draft": default_drafter, "per copy": Drafter.load(old)}
     assert drafters["per draft"].policy.per_draft and not drafters["per copy"].policy.per_draft
     copies_differ = {name: 0 for name in drafters}
