@@ -132,9 +132,8 @@ class ConfidencePolicy:
         del features  # (calibrate's only reference: the rest of its columns go)
         positions = keep.group_by(["trace_id", "pos"]).aggregate([]).num_rows
         # one row per draft at a position: a draft proposed by several sources is one proposal
-        choosable = np.isin(keep.column("family").to_numpy(zero_copy_only=False),
-                            [f for f in SELECTABLE if f not in exclude_families])
-        scorers = scoring_rows(position_ids(keep), keep.column("draft_key").to_numpy(), choosable)
+        scorers = scoring_rows(position_ids(keep), keep.column("draft_key").to_numpy(),
+                               selectable_rows(keep, exclude_families))
         keep = keep.filter(scorers == np.arange(keep.num_rows))
         accepted = keep.column("accepted").to_numpy().astype(np.float64)
         if keep.num_rows < 2 or accepted.sum() == 0:
@@ -358,18 +357,23 @@ def exported_trees(model, matrix: np.ndarray, sample: int = 4096) -> TreeEnsembl
 
 def selectable(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa.Table:
     """The rows the policy may choose: SELECTABLE families, less any excluded (leave-one-out)."""
-    return _of_families(features, [f for f in SELECTABLE if f not in exclude_families])
+    return features.filter(selectable_rows(features, exclude_families))
+
+
+def selectable_rows(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> np.ndarray:
+    """Which rows selectable() keeps, as a mask."""
+    return _in_families(features, [f for f in SELECTABLE if f not in exclude_families])
 
 
 def scored(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa.Table:
     """The rows the model is fitted on and scores: IN_TREES families, less any excluded."""
-    return _of_families(features, [f for f in IN_TREES if f not in exclude_families])
+    return features.filter(_in_families(features, [f for f in IN_TREES if f not in exclude_families]))
 
 
-def _of_families(features: pa.Table, names: list[str]) -> pa.Table:
+def _in_families(features: pa.Table, names: list[str]) -> np.ndarray:
     import pyarrow.compute as pc
 
-    return features.filter(pc.is_in(features.column("family"), pa.array(names)))
+    return pc.is_in(features.column("family"), pa.array(names)).to_numpy(zero_copy_only=False)
 
 
 def calibration_features(wh: Warehouse) -> pa.Table:

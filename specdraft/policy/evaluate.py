@@ -273,8 +273,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     # its own pick below needs no score (development set: 67,011 of 943,024 eval drafts)
     chosen_codes = [i for i, name in enumerate(names) if name in chosen_from]
     is_choice = np.isin(all_family[scored_rows], chosen_codes)
+    accepted, flat = all_accepted[scored_rows], all_flat[scored_rows]
+    draft_keys = everything.column("draft_key").to_numpy()[scored_rows]
     # each distinct draft at a position is scored once, from its scorer's features (scoring_rows)
-    scorers = scoring_rows(all_flat[scored_rows], everything.column("draft_key").to_numpy()[scored_rows], is_choice)
+    scorers = scoring_rows(flat, draft_keys, is_choice)
     own = scorers == np.arange(len(scored_rows))
     wanted = np.zeros(everything.num_rows, dtype=bool)
     wanted[scored_rows[own]] = True
@@ -283,8 +285,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     predicted = predicted[scorers]
     all_predicted = np.zeros(everything.num_rows)
     all_predicted[scored_rows] = predicted
-    scored = everything.select(["trace_id", "pos", "source", "ctx_len", "draft_key"]).take(pa.array(scored_rows))
-    accepted, flat = all_accepted[scored_rows], all_flat[scored_rows]
+    scored = everything.select(["trace_id", "pos", "source", "ctx_len"]).take(pa.array(scored_rows))
     choice = np.flatnonzero(is_choice)  # rows of `scored`
     starts = run_starts(flat[choice])
     selected = np.zeros(n_positions, dtype=np.int64)
@@ -298,7 +299,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
         chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
         chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
-        ranked = distinct_ranks(predicted, flat, scored.column("draft_key").to_numpy())
+        ranked = distinct_ranks(predicted, flat, draft_keys)
         for k in MULTI_DRAFT:
             multi[f"top{k}"] = _best_of_top(ranked, accepted, flat, k, n_positions)
         # the most any draft the trees choose from gets: what an unbounded tree would
