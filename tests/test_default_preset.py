@@ -145,7 +145,7 @@ def test_online_needs_the_default_preset():
 
 
 def test_slow_imports_load_in_a_background_thread():
-    """The pipeline starts importing the policy's slow modules (sklearn for the default preset)
+    """The pipeline starts importing the policy's slow modules (LightGBM for the default preset)
     while the earlier stages run; a module that cannot be imported is left to the stage's own
     import to report."""
     import sys
@@ -154,7 +154,7 @@ def test_slow_imports_load_in_a_background_thread():
     from specdraft.pipeline import import_in_background
     from specdraft.policy.confidence import ConfidencePolicy
 
-    assert ConfidencePolicy.slow_imports == ("sklearn.ensemble",)
+    assert ConfidencePolicy.slow_imports == ("lightgbm",)
     name = "xml.dom.minidom"  # in the standard library, and imported by nothing in specdraft
     sys.modules.pop(name, None)
     import_in_background(("no_such_module_anywhere", name))

@@ -1,22 +1,17 @@
-"""The confidence model as a node table (policy/trees.py): its raw predictions are sklearn's, bit for
-bit, on rows it was fitted on and on rows with families it never saw; the table survives the
-bundle's Arrow IPC round trip; a damaged table is refused in one line."""
+"""The confidence model as a node table (policy/trees.py): its raw predictions are LightGBM's, bit
+for bit, on rows it was trained on, on values at and beside every threshold and on rows with
+families it never saw; the table survives the bundle's Arrow IPC round trip; a damaged table, or a
+split it cannot read, is refused in one line."""
 
 from __future__ import annotations
 
+import lightgbm
 import numpy as np
 import pyarrow as pa
 import pytest
-from sklearn.ensemble import HistGradientBoostingRegressor
 
 from specdraft.errors import SpecdraftError
-from specdraft.policy.confidence import (
-    LEAVES,
-    fitted_predictions,
-    model_rows,
-    raw_predict,
-    training_predictions,
-)
+from specdraft.policy.confidence import model_params, raw_predict, training_predictions
 from specdraft.policy.trees import SCORE_CHUNK, TreeEnsemble
 
 
@@ -31,41 +26,21 @@ def _data(seed: int, n: int, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
     return np.column_stack([family, counts]).astype(np.int64), accepted.astype(np.float64)
 
 
+def _train(matrix: np.ndarray, accepted: np.ndarray, trees: int = 40, **params) -> lightgbm.Booster:
+    settings = {**model_params(len(matrix)), **params}
+    dataset = lightgbm.Dataset(matrix.astype(np.float64), accepted, params=settings, categorical_feature=[0])
+    return lightgbm.train(settings, dataset, num_boost_round=trees, keep_training_booster=True)
+
+
 @pytest.fixture(scope="module")
 def fitted():
-    matrix, accepted = _data(0, 20_000, [0, 2, 4, 5])
-    model = HistGradientBoostingRegressor(max_iter=40, max_leaf_nodes=LEAVES, loss="poisson",
-                                          categorical_features=[0], early_stopping=False, random_state=0)
-    model.fit(matrix.astype(np.float64), accepted)
-    return model, TreeEnsemble.from_sklearn(model)
+    model = _train(*_data(0, 20_000, [0, 2, 4, 5]))
+    return model, TreeEnsemble.from_lightgbm(model)
 
 
-def test_the_fits_own_predictions_of_its_rows_are_raw_predicts():
-    """fitted_predictions keeps the predictions the fit made of its training rows (not predicted
-    again), and they are raw_predict's bit for bit on every row; a fit outside the block keeps
-    nothing and sklearn's function is back; without kept predictions, raw_predict's are given."""
-    from sklearn.ensemble._hist_gradient_boosting import gradient_boosting
-
-    update = gradient_boosting._update_raw_predictions
-    matrix, accepted = _data(5, 20_000, [0, 2, 4, 5])
-    matrix = matrix.astype(np.float64)
-    model = HistGradientBoostingRegressor(max_iter=30, max_leaf_nodes=LEAVES, loss="poisson",
-                                          categorical_features=[0], early_stopping=False, random_state=0)
-    with fitted_predictions() as kept:
-        model.fit(matrix, accepted)
-    assert len(kept) == 1 and gradient_boosting._update_raw_predictions is update
-    again = raw_predict(model, matrix)
-    assert np.array_equal(kept[0], again)
-    assert training_predictions(model, matrix, kept) is kept[0]  # taken, not predicted again
-    assert np.array_equal(training_predictions(model, matrix, kept), again)
-    assert np.array_equal(training_predictions(model, matrix, []), again)
-    # predictions of other rows (a damaged array) are not taken
-    assert np.array_equal(training_predictions(model, matrix, [kept[0] + 1.0]), again)
-
-
-def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
+def test_raw_predictions_are_lightgbms_bit_for_bit(fitted):
     model, trees = fitted
-    # families it saw and ones it never did (sklearn sends those where missing values go)
+    # families it saw and ones it never did (LightGBM sends those right, as codes not in a split's set)
     matrix, _ = _data(1, 30_000, list(range(9)))
     assert trees.n_trees == 40 and (trees.nodes.column("left_codes").to_numpy() != 0).any()
     assert np.array_equal(trees.raw_predict(matrix), raw_predict(model, matrix))
@@ -77,31 +52,38 @@ def test_raw_predictions_are_sklearns_bit_for_bit(fitted):
             assert np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)), (n, start)
 
 
-def test_raw_predict_is_sklearns_own_walk(fitted):
-    """raw_predict walks binned rows: the same floats as sklearn's _raw_predict over the float rows,
-    on rows of the families the fit saw, on values at and beside every bin threshold and beyond the
-    fitted range, and on rows with families it never saw (missing values to both)."""
-    model, _ = fitted
+def test_values_at_and_beside_every_threshold_go_lightgbms_way(fitted):
+    """Each numeric split's threshold, floored, ceiled and one past, and values beyond the trained
+    range: the node table's `x <= floor(threshold)` is LightGBM's `x <= threshold` on integers."""
+    model, trees = fitted
     matrix, _ = _data(3, 30_000, [0, 2, 4, 5])
-    thresholds = model._bin_mapper.bin_thresholds_
+    nodes = trees.nodes.to_pydict()
     for j in range(1, matrix.shape[1]):
-        edges = np.concatenate([thresholds[j], np.floor(thresholds[j]), np.ceil(thresholds[j]), [-1, 10**12]])
+        cuts = np.array([t for f, t in zip(nodes["feature"], nodes["threshold"]) if f == j])
+        assert len(cuts), j
+        edges = np.concatenate([np.floor(cuts), np.ceil(cuts), np.floor(cuts) + 1, [-1, 10**11]])
         at = np.resize(edges.astype(np.int64), len(matrix))
-        matrix[: len(at), j] = at
-    assert np.array_equal(raw_predict(model, matrix), model._raw_predict(matrix.astype(np.float64))[:, 0])
-    unseen, _ = _data(4, 5_000, list(range(9)))
-    assert np.array_equal(raw_predict(model, unseen), model._raw_predict(unseen.astype(np.float64))[:, 0])
+        matrix[:, j] = at
+        assert np.array_equal(trees.raw_predict(matrix), raw_predict(model, matrix)), j
 
 
-def test_model_rows_are_sklearns_preprocessed_rows(fitted):
-    """model_rows (raw_predict's input, made without sklearn's ColumnTransformer) equals
-    _preprocess_X: the family codes as category indices, the ones the fit never saw NaN."""
+def test_the_training_predictions_are_raw_predicts_to_the_last_places(fitted):
+    """training_predictions (the log of what eval_train hands over) is raw_predict of the training
+    rows, in row order, to within two machine epsilons: the acceptance curves' input."""
     model, _ = fitted
-    matrix, _ = _data(5, 5_000, list(range(9)))
-    expected = model._preprocess_X(matrix.astype(np.float64), reset=False)
-    assert np.isnan(expected[:, 0]).any() and (expected[:, 0] == 3).any()  # unseen codes, and code 5 -> index 3
-    assert np.array_equal(model_rows(model, matrix), expected, equal_nan=True)
-    assert model_rows(model, matrix[:0]).shape == (0, matrix.shape[1])
+    matrix, _ = _data(0, 20_000, [0, 2, 4, 5])
+    kept = training_predictions(model, len(matrix))
+    assert np.abs(kept - raw_predict(model, matrix)).max() <= 2 * np.finfo(np.float64).eps
+    with pytest.raises(SpecdraftError, match="training predictions"):
+        training_predictions(model, len(matrix) + 1)
+
+
+def test_a_split_that_treats_zero_as_missing_is_refused():
+    """zero_as_missing sends 0 where missing values go, not by the threshold: the node table has no
+    such rule, so such a booster is refused rather than scored differently live."""
+    model = _train(*_data(6, 5_000, [0, 2]), trees=3, zero_as_missing=True)
+    with pytest.raises(SpecdraftError, match="not one this scorer reads"):
+        TreeEnsemble.from_lightgbm(model)
 
 
 def test_the_node_table_survives_arrow_ipc(fitted, tmp_path):

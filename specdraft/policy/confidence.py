@@ -10,8 +10,6 @@ with the highest estimate is chosen.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -89,7 +87,7 @@ def feature_columns() -> tuple[str, ...]:
 
 def feature_matrix(features: pa.Table, dtype=np.int64) -> np.ndarray:
     """The model's input, one row per draft: int64 (every feature is a count), or float64 as
-    sklearn reads it (the same values, exactly), filled column by column without an int copy."""
+    LightGBM reads it (the same values, exactly), filled column by column without an int copy."""
     _, *numeric_columns = feature_columns()
     out = np.empty((features.num_rows, 1 + len(numeric_columns)), dtype=dtype)
     if not features.num_rows:
@@ -112,9 +110,9 @@ class ConfidencePolicy:
     families: ClassVar[tuple[str, ...]] = families.NAMES
     reads_features: ClassVar[bool] = True
     ngram_by_support: ClassVar[bool] = True
-    slow_imports: ClassVar[tuple[str, ...]] = ("sklearn.ensemble",)
+    slow_imports: ClassVar[tuple[str, ...]] = ("lightgbm",)
 
-    model: object  # the fitted HistGradientBoostingRegressor, or None when there was nothing to learn
+    model: object  # the trained lightgbm.Booster, or None when there was nothing to learn
     calibration_drafts: int
     calibration_positions: int
     excluded: tuple[str, ...] = ()
@@ -125,7 +123,7 @@ class ConfidencePolicy:
     def fit(cls, features: pa.Table, draft_len: int, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
         """Fit on the calibration drafts of the IN_TREES families (less any excluded ones), and
         read the acceptance curves the token trees use off the same drafts' predictions."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        import lightgbm
 
         # only the columns read here, before the filter copies the rows
         keep = scored(features.select([*feature_columns(), *LABELS, "trace_id", "pos", "draft_key"]), exclude_families)
@@ -140,25 +138,17 @@ class ConfidencePolicy:
             # nothing to learn from (and a Poisson fit needs some acceptance): every draft scores
             # the same, so ties keep the candidate order
             return cls(None, keep.num_rows, 0, tuple(exclude_families))
-        model = HistGradientBoostingRegressor(
-            max_iter=TREES,
-            learning_rate=0.1,
-            max_leaf_nodes=LEAVES,
-            # accepted lengths are counts with a long tail at draft_len: a Poisson loss ranks
-            # drafts better than squared error (2.405 vs 2.392 on the development set)
-            loss="poisson",
-            categorical_features=[0],
-            early_stopping=False,  # deterministic: no random validation split
-            random_state=0,  # the bin thresholds come from a sample of the rows
-        )
         rows = keep.num_rows
-        matrix = feature_matrix(keep, np.float64)  # as sklearn reads it: no copy of it in fit()
+        matrix = feature_matrix(keep, np.float64)  # as LightGBM reads it: no copy of it in train()
         del keep
-        release_unused_memory()  # the Arrow tables' pages, before sklearn's arrays are made
-        with fitted_predictions() as kept:
-            model.fit(matrix, accepted)
+        release_unused_memory()  # the Arrow tables' pages, before LightGBM's bins are made
+        params = model_params(rows)
+        dataset = lightgbm.Dataset(matrix, accepted, params=params, categorical_feature=[0])
+        model = lightgbm.train(params, dataset, num_boost_round=TREES, keep_training_booster=True)
+        curves = AcceptanceCurves.fit(training_predictions(model, len(matrix)), accepted, draft_len)
+        model.free_dataset()
+        del dataset
         trees = exported_trees(model, matrix)
-        curves = AcceptanceCurves.fit(training_predictions(model, matrix, kept), accepted, draft_len)
         return cls(model, rows, positions, tuple(exclude_families), trees, curves)
 
     @classmethod
@@ -172,13 +162,13 @@ class ConfidencePolicy:
         count = drafts.num_rows if wanted is None else int(np.count_nonzero(wanted))
         if count == 0 or self.model is None:
             return np.zeros(count)
-        # a slice at a time: the feature matrix and sklearn's copies of it stay small (each row's
+        # a slice at a time: the feature matrix and LightGBM's copies of it stay small (each row's
         # prediction is its own, so slicing changes no value); the slices are the table's own
         # (taking the wanted rows out of it first copied every feature column: 0.4 s on the
         # development set's eval drafts)
         predicted = []
         for start in range(0, drafts.num_rows, SCORE_ROWS):
-            matrix = feature_matrix(drafts.slice(start, SCORE_ROWS))
+            matrix = feature_matrix(drafts.slice(start, SCORE_ROWS), np.float64)
             if wanted is not None:
                 matrix = matrix[wanted[start : start + SCORE_ROWS]]
             if len(matrix):
@@ -261,97 +251,57 @@ def scoring_rows(positions: np.ndarray, draft_keys: np.ndarray, choosable: np.nd
     return scorers
 
 
+def model_params(rows: int) -> dict:
+    """LightGBM's settings for a fit on `rows` drafts. Its bin edges come from all of them
+    (bin_construct_sample_cnt), so the fit has no random part: nothing samples rows or features.
+    poisson_max_delta_step caps each tree's step on the log scale (LightGBM's default 0.7 chose
+    worse), and a little L2 on the leaves: measured in a lab refit on the development set against
+    scikit-learn's HistGradientBoostingRegressor, the model before, with the same trees and leaves
+    (every position / decode step 2.4363 / 0.9911):
+      - max_delta_step 0.7 (default): 2.4305 / 0.9868;  1.5: 2.4182;  3: 2.3943;
+      - 0.25 / 0.3 / 0.35 / 0.5: 2.4362 / 2.4351 / 2.4331 / 2.4326;
+      - 0.35 with lambda_l2 1 (kept): 2.4372 / 0.9923; gsm8k-human 1.8533 / 1.1966 (sklearn 1.8576 / 1.1998).
+    The fit took 1.5 s against scikit-learn's 3.3 s."""
+    return {
+        "objective": "poisson",
+        "learning_rate": 0.1,
+        "num_leaves": LEAVES,
+        "min_data_in_leaf": 20,
+        "lambda_l2": 1.0,
+        "poisson_max_delta_step": 0.35,
+        "max_bin": 255,
+        "bin_construct_sample_cnt": max(rows, 1),
+        "deterministic": True,
+        "force_row_wise": True,  # LightGBM would otherwise time both layouts first
+        "verbose": -1,
+    }
+
+
 def raw_predict(model, matrix: np.ndarray) -> np.ndarray:
-    """sklearn's raw prediction (before the Poisson link's exp): its own compiled tree walk, fast
-    over a whole split. It is a private method; exported_trees() checks every fit against it, so a
-    change in sklearn fails the run rather than the bundle.
-
-    The trees walk the rows binned as the fit binned them (one byte a value), as sklearn walks its
-    training rows, not the float rows: the same leaves (a value is at most a split's threshold
-    exactly where its bin is at most the split's bin) and the same sum in the same order, so the
-    same floats, in three quarters of the time (505,054 development-set drafts: 1.25 s against
-    1.70 s)."""
-    from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
-
-    rows = model_rows(model, matrix)
-    mapper = model._bin_mapper
-    binned = mapper.transform(rows)
-    raw = np.zeros(len(rows), dtype=model._baseline_prediction.dtype)
-    raw += model._baseline_prediction[0]  # as _raw_predict: zeros, the baseline, then tree by tree
-    n_threads = _openmp_effective_n_threads()
-    for (tree,) in model._predictors:
-        raw += tree.predict_binned(binned, mapper.missing_values_bin_idx_, n_threads)
-    return raw
+    """The booster's raw prediction (before the Poisson link's exp) of each row, on both cores."""
+    return model.predict(np.asarray(matrix, dtype=np.float64), raw_score=True)
 
 
-@contextmanager
-def fitted_predictions() -> Iterator[list[np.ndarray]]:
-    """Keep the raw predictions a HistGradientBoostingRegressor fit inside the block makes of its
-    own training rows (the list gets the array, which sklearn updates tree by tree): what
-    raw_predict would give of them again, in 0.95 s on the development set's 490,338 calibration
-    drafts. sklearn's private _update_raw_predictions is wrapped for the block's length (fits
-    outside it are untouched); a sklearn without it keeps nothing, and training_predictions then
-    predicts."""
-    from sklearn.ensemble._hist_gradient_boosting import gradient_boosting
-
+def training_predictions(model, rows: int) -> np.ndarray:
+    """The raw predictions of the rows a booster was trained on, as its training kept them:
+    eval_train (LightGBM's public hook for a custom metric) hands them over as Poisson means,
+    exp(raw), and their log is the raw prediction to within two machine epsilons, which the
+    acceptance curves' quantile bins do not see. Predicting the 282,457 rows again took 0.5 s."""
     kept: list[np.ndarray] = []
-    update = getattr(gradient_boosting, "_update_raw_predictions", None)
-    if update is None:
-        yield kept
-        return
-
-    def keeping(raw, *args, **kwargs):
-        if not kept:
-            kept.append(raw)
-        return update(raw, *args, **kwargs)
-
-    gradient_boosting._update_raw_predictions = keeping
-    try:
-        yield kept
-    finally:
-        gradient_boosting._update_raw_predictions = update
-
-
-def training_predictions(model, matrix: np.ndarray, kept: list[np.ndarray], sample: int = 4096) -> np.ndarray:
-    """The fitted model's raw predictions of its training rows: those the fit kept
-    (fitted_predictions) where they equal raw_predict's bit for bit on a sample of the rows (the
-    same baseline and trees, added in the same order), else raw_predict's."""
-    if kept and kept[0].shape == (len(matrix),):
-        rows = np.linspace(0, len(matrix) - 1, min(sample, len(matrix))).astype(np.int64)
-        if np.array_equal(kept[0][rows], raw_predict(model, matrix[rows])):
-            return np.asarray(kept[0])
-    return raw_predict(model, matrix)
-
-
-def model_rows(model, matrix: np.ndarray) -> np.ndarray:
-    """The rows as sklearn's _raw_predict prepares them (_preprocess_X): float64, with the family
-    codes (column 0, the one categorical feature) as the fit's category indices, a family it never
-    saw a missing value (NaN). Its ColumnTransformer makes them with an encoder and a copy of the
-    numeric columns, stacked: 0.43 s of the development set's 942,397 eval drafts, against 0.05 s
-    here. exported_trees checks every fit's predictions against sklearn's own _raw_predict."""
-    rows = np.array(matrix, dtype=np.float64, order="C")  # a copy: column 0 is rewritten
-    if not len(rows):
-        return rows
-    encoder = model._preprocessor.named_transformers_["encoder"]
-    if list(model.is_categorical_) != [True] + [False] * (rows.shape[1] - 1) or len(encoder.categories_) != 1:
-        raise SpecdraftError("confidence model: expected the family (column 0) as its one categorical feature")
-    categories = np.asarray(encoder.categories_[0], dtype=np.float64)  # sorted, as OrdinalEncoder keeps them
-    family = rows[:, 0]
-    at = np.minimum(np.searchsorted(categories, family), len(categories) - 1)
-    rows[:, 0] = np.where(categories[at] == family, at, np.nan)
-    return rows
+    model.eval_train(lambda predicted, _: kept.append(np.log(predicted)) or ("kept", 0.0, True))
+    if len(kept) != 1 or kept[0].shape != (rows,):
+        raise SpecdraftError("confidence model: LightGBM's eval_train did not hand over the training predictions")
+    return kept[0]
 
 
 def exported_trees(model, matrix: np.ndarray, sample: int = 4096) -> TreeEnsemble:
-    """The fitted model as a TreeEnsemble, after checking that it predicts bit for bit what sklearn
-    does on (a sample of) the training rows: the live drafter scores with it."""
-    trees = TreeEnsemble.from_sklearn(model)
+    """The trained booster as a TreeEnsemble, after checking that it predicts bit for bit what
+    LightGBM does on (a sample of) the training rows: the live drafter scores with it."""
+    trees = TreeEnsemble.from_lightgbm(model)
     rows = matrix[np.linspace(0, len(matrix) - 1, min(sample, len(matrix))).astype(np.int64)]
-    # sklearn's own prediction (its _preprocess_X too, model_rows' reference), here and below
-    expected = model._raw_predict(rows)[:, 0]
-    if not (np.array_equal(trees.raw_predict(rows), expected) and np.array_equal(raw_predict(model, rows), expected)):
-        raise SpecdraftError("confidence model: the exported trees do not predict what sklearn predicts "
-                             "(has HistGradientBoostingRegressor's tree layout changed?)")
+    if not np.array_equal(trees.raw_predict(rows), raw_predict(model, rows)):
+        raise SpecdraftError("confidence model: the exported trees do not predict what LightGBM predicts "
+                             "(has its model dump changed?)")
     return trees
 
 

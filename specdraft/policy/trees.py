@@ -1,15 +1,15 @@
 """The confidence model's trees as plain arrays: what a drafter bundle stores, and how the live
 drafter scores a handful of drafts in microseconds.
 
-A fitted HistGradientBoostingRegressor is turned into one node table (NODE_COLUMNS): per node its
-tree, feature column, threshold, children and leaf value. The family (feature 0) is categorical:
-instead of sklearn's bitsets over its ordinal encoding, a node stores `left_codes`, the mask of
-family codes (families.ORDER) that go left, with sklearn's rules for unknown categories folded in.
-Every feature is an integer count, so `x <= threshold` is `x <= floor(threshold)`, and the node
-table is all a scorer needs: loading a bundle runs no code from it (no pickle).
+A trained LightGBM Booster is turned into one node table (NODE_COLUMNS): per node its tree,
+feature column, threshold, children and leaf value. The family (feature 0) is categorical: a node
+stores `left_codes`, the mask of family codes (families.ORDER) that go left. Every feature is an
+integer count, so `x <= threshold` is `x <= floor(threshold)`, and the node table is all a scorer
+needs: loading a bundle runs no code from it (no pickle). (Bundles from before LightGBM hold
+scikit-learn's trees in the same table, with its baseline; they score as they did.)
 
 The raw prediction is the baseline plus the leaf values of the trees, added in tree order, as
-sklearn's _raw_predict adds them: bit for bit the same float. The live scorer finds the leaves the
+LightGBM (and sklearn before it) adds them: bit for bit the same float. The live scorer finds the leaves the
 QuickScorer way (Lucchese et al., SIGIR 2015), vectorised with numpy: a tree has at most 64
 leaves, numbered left to right; a node whose test fails removes the leaves of its left subtree
 from a 64-bit mask, and the exit leaf is the lowest bit left. Per feature the failing nodes are
@@ -58,35 +58,19 @@ class TreeEnsemble:
         object.__setattr__(self, "_scorer", _quickscorer(self.nodes, self.n_features, self.baseline))
 
     @classmethod
-    def from_sklearn(cls, model) -> TreeEnsemble:
-        """The node table of a fitted HistGradientBoostingRegressor whose column 0 is categorical
-        (raw family codes) and whose other columns are integer counts."""
-        encoded = _family_encoding(model)
-        known_bitsets, feature_rows = model._bin_mapper.make_known_categories_bitsets()
+    def from_lightgbm(cls, booster) -> TreeEnsemble:
+        """The node table of a trained LightGBM Booster whose column 0 is categorical (family
+        codes) and whose other columns are integer counts. LightGBM adds its starting score (the
+        Poisson fit's log mean) into the first tree's leaves, and predicts from 0.0: the baseline is 0."""
         columns: dict[str, list] = {name: [] for name in NODE_COLUMNS}
-        for tree, (predictor,) in enumerate(model._predictors):
-            nodes = predictor.nodes
-            for i, node in enumerate(nodes):
-                leaf = bool(node["is_leaf"])
-                left_codes = 0
-                if not leaf and node["is_categorical"]:
-                    known = known_bitsets[feature_rows[node["feature_idx"]]]
-                    goes_left = predictor.raw_left_cat_bitsets[node["bitset_idx"]]
-                    for code in range(MAX_CODES):
-                        if _goes_left(code, encoded, goes_left, known, bool(node["missing_go_to_left"])):
-                            left_codes |= 1 << code
-                columns["tree"].append(tree)
-                columns["node"].append(i)
-                columns["feature"].append(-1 if leaf else int(node["feature_idx"]))
-                columns["threshold"].append(0.0 if leaf or node["is_categorical"] else float(node["num_threshold"]))
-                columns["left_codes"].append(left_codes - (1 << 64) if left_codes >= 1 << 63 else left_codes)
-                columns["left"].append(-1 if leaf else int(node["left"]))
-                columns["right"].append(-1 if leaf else int(node["right"]))
-                columns["value"].append(float(node["value"]) if leaf else 0.0)
+        for tree, info in enumerate(booster.dump_model()["tree_info"]):
+            for row in _lightgbm_nodes(tree, info["tree_structure"]):
+                for name, value in zip(NODE_COLUMNS, row):
+                    columns[name].append(value)
         types = {"tree": pa.int32(), "node": pa.int32(), "feature": pa.int32(), "threshold": pa.float64(),
                  "left_codes": pa.int64(), "left": pa.int32(), "right": pa.int32(), "value": pa.float64()}
         table = pa.table({name: pa.array(values, types[name]) for name, values in columns.items()})
-        return cls(float(np.asarray(model._baseline_prediction).ravel()[0]), table, model.n_features_in_)
+        return cls(0.0, table, booster.num_feature())
 
     def raw_predict(self, features: np.ndarray) -> np.ndarray:
         """The raw (log-scale) prediction of each row of an integer feature matrix (n x
@@ -113,28 +97,38 @@ class TreeEnsemble:
         return len(self._scorer["leaf_base"])
 
 
-def _family_encoding(model) -> dict[int, int]:
-    """code -> the value sklearn's trees see: it encodes a categorical column ordinally (its
-    known categories, sorted), and unknown codes become missing."""
-    preprocessor = getattr(model, "_preprocessor", None)
-    if preprocessor is None:  # sklearn < 1.4: the raw codes are the encoding
-        return {code: code for code in range(MAX_CODES)}
-    categories = preprocessor.named_transformers_["encoder"].categories_[0]
-    return {int(code): i for i, code in enumerate(np.asarray(categories).tolist())}
+def _lightgbm_nodes(tree: int, root: dict) -> list[tuple]:
+    """One tree of LightGBM's dump_model() as node rows (NODE_COLUMNS), numbered in preorder (the
+    root is 0). A categorical split (on the family) sends the codes it lists left and every other
+    code right; a numeric one sends x <= threshold left. A split that treats zero as missing
+    (LightGBM's zero_as_missing) has no such rule and is refused."""
+    rows: list[tuple] = []
 
+    def add(node: dict) -> int:
+        i = len(rows)
+        rows.append(())
+        if "leaf_value" in node:
+            rows[i] = (tree, i, -1, 0.0, 0, -1, -1, float(node["leaf_value"]))
+            return i
+        feature, kind = int(node["split_feature"]), node["decision_type"]
+        threshold, left_codes = 0.0, 0
+        if kind == "==" and feature == 0:
+            for code in str(node["threshold"]).split("||"):
+                if 0 <= int(code) < MAX_CODES:
+                    left_codes |= 1 << int(code)
+        elif kind == "<=" and feature > 0 and node["missing_type"] != "Zero":
+            threshold = float(node["threshold"])
+        else:
+            raise SpecdraftError(f"tree {tree}: a {kind!r} split on feature {feature} "
+                                 f"(missing values: {node['missing_type']}) is not one this scorer reads")
+        left = add(node["left_child"])
+        right = add(node["right_child"])
+        signed = left_codes - (1 << 64) if left_codes >= 1 << 63 else left_codes
+        rows[i] = (tree, i, feature, threshold, signed, left, right, 0.0)
+        return i
 
-def _goes_left(code: int, encoded: dict[int, int], left_bitset, known_bitset, missing_left: bool) -> bool:
-    """sklearn's _predictor.pyx rule for one categorical node: a known category goes left if its
-    bit is in the node's bitset; unknown ones go where missing values go."""
-    value = encoded.get(code)
-    if value is None:
-        return missing_left
-    word, bit = divmod(value, 32)
-    if (int(left_bitset[word]) >> bit) & 1:
-        return True
-    if (int(known_bitset[word]) >> bit) & 1:
-        return False
-    return missing_left
+    add(root)
+    return rows
 
 
 def _quickscorer(nodes: pa.Table, n_features: int, baseline: float) -> dict:
@@ -183,7 +177,7 @@ def _quickscorer(nodes: pa.Table, n_features: int, baseline: float) -> dict:
             table[index[t], tree] &= np.uint64(fails)
         tables.append(np.bitwise_and.accumulate(table, axis=0))
         thresholds.append(f * FEATURE_SPAN + np.array([*distinct, VALUE_LIMIT + 1], dtype=np.int64))
-    leaf_values[0] += baseline  # what sklearn's first addition gives, once
+    leaf_values[0] += baseline  # what the library's first addition gives, once
     return {
         "masks": np.ascontiguousarray(np.vstack(tables)),
         "thresholds": np.concatenate(thresholds),
@@ -221,7 +215,7 @@ def _leaves_and_splits(tree: int, nodes: dict[str, list]) -> tuple[list[float], 
 
 
 def _score(scorer: dict, features: np.ndarray) -> np.ndarray:
-    """Each row's baseline + exit-leaf values, added in tree order, as sklearn adds them (the
+    """Each row's baseline + exit-leaf values, added in tree order, as LightGBM adds them (the
     baseline is folded into tree 0's leaves: the same first addition). The values are laid out
     trees x rows, and numpy reduces over an outer axis one row after another (pairwise summation
     is only for the contiguous axis), so each row's sum is sequential; a single row is padded to
