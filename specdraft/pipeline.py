@@ -275,7 +275,7 @@ def _run_stage(stage: Stage, run: RunState):
 def import_in_background(modules: tuple[str, ...]) -> None:
     """Start importing `modules` in a daemon thread, so that a stage that needs them later finds
     them loaded; the n-gram tables and candidates spend their time in DuckDB, which releases the
-    GIL (ingest does not: its Python took 2-3 s longer beside sklearn's 2.3 s import). An import
+    GIL (ingest does not: its Python took 2-3 s longer beside a 2.3 s import of scikit-learn). An import
     that fails here fails again, with its error, where the stage imports it."""
     import importlib
     import threading

@@ -31,7 +31,7 @@ class Policy(Protocol):
     # Whether the n-gram drafts each context's most supported path rather than its most frequent
     # continuation (sql/drafters/ngram_choices.sql).
     ngram_by_support: ClassVar[bool]
-    # Modules calibrate() imports that take seconds to load (sklearn: about 2 s); the pipeline
+    # Modules calibrate() imports that take a second or more to load (LightGBM: 1.2 s); the pipeline
     # imports them in a background thread while the earlier stages run.
     slow_imports: ClassVar[tuple[str, ...]]
 

@@ -202,6 +202,7 @@ class ConfidencePolicy:
     def to_dict(self) -> dict:
         return {
             "kind": "gradient-boosted trees (Poisson loss) on per-draft features",
+            "library": "lightgbm",  # (runs before it: scikit-learn, without this key)
             "choices": [f for f in SELECTABLE if f not in self.excluded],
             # the families it scores: the choices, and the drafts that only branch token trees
             "scored": [f for f in IN_TREES if f not in self.excluded],
