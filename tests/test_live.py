@@ -542,7 +542,7 @@ def test_default_drafts_and_features_are_the_warehouses(default_built, default_d
     every length and rank 2) with their context lengths, counts and copy distances are the
     candidates table's, in eval_features' order; the selectable ones' feature rows are
     candidate_features' rows, number for number."""
-    from specdraft.live.confidence import feature_rows
+    from specdraft.live.confidence import feature_rows, last_known
     from specdraft.policy.confidence import NUMERIC_FEATURES, feature_matrix, selectable
 
     drafter = default_drafter
@@ -567,7 +567,7 @@ def test_default_drafts_and_features_are_the_warehouses(default_built, default_d
             live = session._candidates()
             got = [(c.order, c.ctx_len, c.count, c.distance, list(c.draft)) for c in live]
             assert got == expected.get((trace_id, pos), []), (trace_id, pos)
-            live_matrix = feature_rows(live, pos - prompt_len, tokens[pos - 1] if pos else -1,
+            live_matrix = feature_rows(live, pos - prompt_len, last_known(tokens[:pos]),
                                        [i for i, c in enumerate(live) if c.order in drafter.choices])
             assert live_matrix.tolist() == want_rows.get((trace_id, pos), []), (trace_id, pos)
             orders |= {c.order for c in live}

@@ -241,11 +241,23 @@ def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candi
     return rank1, rank2
 
 
-def feature_rows(candidates: list[Candidate], completion_pos: int, last_token: int, rows: list[int]) -> np.ndarray:
+def last_known(tokens: list[int]) -> tuple[int, int, int]:
+    """The last known token, the one before it and the one before that (-1 where there is none):
+    candidates.sql's per-position token ids.
+
+    >>> last_known([7, 8, 9, 10]), last_known([5])
+    ((10, 9, 8), (5, -1, -1))
+    """
+    return (tokens[-1] if tokens else -1, tokens[-2] if len(tokens) > 1 else -1, tokens[-3] if len(tokens) > 2 else -1)
+
+
+def feature_rows(candidates: list[Candidate], completion_pos: int, known: tuple[int, int, int],
+                 rows: list[int]) -> np.ndarray:
     """The feature matrix of the candidates at indexes `rows` (candidate_features.sql, in
     feature_columns() order), over the whole set at the position, which is in (family order,
-    context length) order; last_token: the last known token (-1 before any). The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens,
-    each level summed from the distinct keys of the one above."""
+    context length) order; known: the last known tokens (last_known). The SQL's windows become
+    counts of the drafts' first 8, 4, 2 and 1 tokens, each level summed from the distinct keys of
+    the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
     agree8: dict[tuple, int] = {}
     for head in heads:
@@ -283,7 +295,8 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, last_token: i
             *shared, len(set(c.draft)),
             bool(head) and head1 == recent1, bool(head) and head4 == recent4,
             bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
-            head[0] if head else -1, last_token,
+            head[0] if head else -1, known[0],
+            head[1] if len(head) > 1 else -1, head[2] if len(head) > 2 else -1, known[1], known[2],
         )
     return np.array(flat, dtype=np.int64).reshape(len(rows), WIDTH)
 

@@ -56,6 +56,7 @@ from specdraft.live.confidence import (
     OnlineStore,
     RecentIndex,
     feature_rows,
+    last_known,
     ngram_all_candidates,
     recent_candidates,
     scoring_indexes,
@@ -350,8 +351,7 @@ class Session:
 
     def _features(self, candidates: list[Candidate], rows: list[int]) -> np.ndarray:
         """The feature rows of candidates[rows], as many columns as the bundle's model reads."""
-        matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, self.tokens[-1] if self.tokens else -1,
-                              rows)
+        matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, last_known(self.tokens), rows)
         return matrix[:, : self.drafter.feature_width]
 
     def _copy_candidate(self):

@@ -88,7 +88,12 @@ select
     -- token ids: the draft's first and the last known one (candidates.sql); the model's thresholds
     -- on ids pick out digits, LaTeX and the calculator's marks, which are runs of the vocabulary
     d.t1 as first_token,
-    d.last_token
+    d.last_token,
+    -- and the draft's second and third, and the two known before the last (-1: none)
+    coalesce(d.draft[2], -1) as second_token,
+    coalesce(d.draft[3], -1) as third_token,
+    d.before_last_token,
+    d.two_before_last_token
 from drafts as d
 join positions as p on p.trace_id = d.trace_id and p.pos = d.pos
 join prefix1 as p1 using (prefix1_key)

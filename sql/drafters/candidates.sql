@@ -35,7 +35,11 @@ actuals as materialized (
         q.split,
         q.completion_pos,
         t.tokens[q.pos + 1:q.pos + $draft_len] as actual,
-        coalesce(t.tokens[q.pos], -1) as last_token  -- 1-based: the token before pos (-1: none)
+        -- the last three known tokens (1-based: tokens[pos] is the one before pos; -1: none, and
+        -- never an index below 1, which DuckDB would count from the list's end)
+        coalesce(t.tokens[q.pos], -1) as last_token,
+        case when q.pos >= 2 then t.tokens[q.pos - 1] else -1 end as before_last_token,
+        case when q.pos >= 3 then t.tokens[q.pos - 2] else -1 end as two_before_last_token
     from query_positions as q
     join selected_traces as t using (trace_id)
 ),
@@ -46,7 +50,9 @@ aligned as (
         a.split,
         a.completion_pos,
         a.actual,
-        a.last_token
+        a.last_token,
+        a.before_last_token,
+        a.two_before_last_token
     from drafts as d
     join source_families as f using (family)
     join actuals as a using (trace_id, pos)
@@ -64,6 +70,8 @@ select
     score,
     match_pos,
     last_token,
+    before_last_token,
+    two_before_last_token,
     draft,
     coalesce(
         list_position(
