@@ -56,8 +56,6 @@ def _selected_without(warehouse, family: str | None) -> float:
     in the pipeline), a fresh model is fitted on the calibration rows left, and each eval position's
     pick (the first highest prediction among the selectable drafts, each draft scored from its
     first selectable copy) is made in plain Python."""
-    from threadpoolctl import threadpool_limits
-
     from specdraft.policy.confidence import ConfidencePolicy
     from specdraft.warehouse.connection import Warehouse
 
@@ -67,9 +65,7 @@ def _selected_without(warehouse, family: str | None) -> float:
             "order by trace_id, pos, family_order, ctx_len", params={"split": split, "family": family},
         ).to_arrow_table()
 
-    with Warehouse(warehouse, read_only=True) as wh, threadpool_limits(1):
-        # one OpenMP thread: the trees are the same, and on a busy machine a fit on all cores
-        # spends most of its time in spin-waits (here up to 30 s a fit instead of 1 s)
+    with Warehouse(warehouse, read_only=True) as wh:
         wh.use_dataset("parity_traces")
         policy = ConfidencePolicy.fit(features("calibration"), 16)
         drafts = features("eval")
