@@ -328,7 +328,12 @@ def selectable_rows(features: pa.Table, exclude_families: tuple[str, ...] = ()) 
 
 def scored(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> pa.Table:
     """The rows the model is fitted on and scores: IN_TREES families, less any excluded."""
-    return features.filter(_in_families(features, [f for f in IN_TREES if f not in exclude_families]))
+    return features.filter(scored_mask(features, exclude_families))
+
+
+def scored_mask(features: pa.Table, exclude_families: tuple[str, ...] = ()) -> np.ndarray:
+    """Which rows scored() keeps, as a mask."""
+    return _in_families(features, [f for f in IN_TREES if f not in exclude_families])
 
 
 def _in_families(features: pa.Table, names: list[str]) -> np.ndarray:

@@ -26,7 +26,7 @@ from specdraft.drafters import families
 from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_score
 from specdraft.errors import SpecdraftError
-from specdraft.policy.confidence import scoring_rows
+from specdraft.policy.confidence import scored_mask, scoring_rows, selectable_rows
 from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
 from specdraft.policy.runs import rank_in_runs, run_starts
@@ -264,24 +264,21 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     family = everything.column("family").combine_chunks().dictionary_encode()
     names = family.dictionary.to_pylist()
     all_family = family.indices.to_numpy(zero_copy_only=False)
-    chosen_from = [f for f in families.SELECTABLE if f not in exclude_families]
-    # the drafts the model scores: the choices, and the evidence drafts that only branch the token
-    # trees and multi-draft proposals (families.IN_TREES)
-    scored_from = [f for f in families.IN_TREES if f not in exclude_families]
-    scored_rows = np.flatnonzero(np.isin(all_family, [i for i, name in enumerate(names) if name in scored_from]))
-    # only those are scored: a family outside them (the seed's n-gram) has one draft a position, so
-    # its own pick below needs no score (development set: 67,011 of 943,024 eval drafts)
-    chosen_codes = [i for i, name in enumerate(names) if name in chosen_from]
-    is_choice = np.isin(all_family[scored_rows], chosen_codes)
+    # the drafts the model scores (confidence.scored: the choices, and the evidence drafts that only
+    # branch the token trees and multi-draft proposals); only those are scored: a family outside
+    # them (the seed's n-gram) has one draft a position, so its own pick below needs no score
+    # (development set: 67,011 of 943,024 eval drafts)
+    scored_rows = np.flatnonzero(scored_mask(everything, exclude_families))
+    is_choice = selectable_rows(everything, exclude_families)[scored_rows]
     accepted, flat = all_accepted[scored_rows], all_flat[scored_rows]
     draft_keys = everything.column("draft_key").to_numpy()[scored_rows]
     # each distinct draft at a position is scored once, from its scorer's features (scoring_rows)
     scorers = scoring_rows(flat, draft_keys, is_choice)
     own = scorers == np.arange(len(scored_rows))
-    wanted = np.zeros(everything.num_rows, dtype=bool)
-    wanted[scored_rows[own]] = True
+    to_score = np.zeros(everything.num_rows, dtype=bool)
+    to_score[scored_rows[own]] = True
     predicted = np.zeros(len(scored_rows))
-    predicted[own] = policy.score(everything, wanted)
+    predicted[own] = policy.score(everything, to_score)
     predicted = predicted[scorers]
     all_predicted = np.zeros(everything.num_rows)
     all_predicted[scored_rows] = predicted
