@@ -605,10 +605,14 @@ def _scales(ctx, param, value: str) -> tuple[int, ...]:
               help="specdraft's preset for --cost-curve (the comparison with the reference is always seed).")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Directory for cost_curve.json and cost_curve.svg (--cost-curve).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run specdraft (and with --peer the default preset and the peer) this many times, in turns, "
+                   "and report each side's median wall time and peak with their range; the reference runs once. "
+                   "On a shared machine one run's time varies by 10% or more.")
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, preset, out, as_json, debug,
+def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, preset, out, repeat, as_json, debug,
           **flags) -> None:
     """Time the seed reference and specdraft on the same data (cold), and print the ratios.
 
@@ -628,6 +632,8 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
                   if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if cost_curve and peer:
         raise click.UsageError("--peer is for the comparison, not --cost-curve")
+    if cost_curve and repeat > 1:
+        raise click.UsageError("--repeat is for the comparison, not --cost-curve")
     if cost_curve:
         train_limit = flags.pop("train_limit")
         if base_rows and train_limit:
@@ -649,7 +655,7 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
     reference = Path(reference) if reference else benchmark.DEFAULT_REFERENCE
     if not reference.exists():
         raise SpecdraftError(f"{reference}: reference script not found; pass --reference")
-    result = benchmark.run_bench(Path(data), flags, reference, memory_limit, Path(peer) if peer else None)
+    result = benchmark.run_bench(Path(data), flags, reference, memory_limit, Path(peer) if peer else None, repeat)
     click.echo(json.dumps(result, indent=2) if as_json else benchmark.format_bench(result))
 
 def entry() -> None:

@@ -233,6 +233,8 @@ def test_cost_curve_json_on_stdout(tmp_path):
     ["--cost-curve", "--base-rows", "5", "--scales", "1,x"],
     ["--base-rows", "5"],  # curve options without --cost-curve
     ["--scales", "1,2"],
+    ["--cost-curve", "--base-rows", "5", "--repeat", "2"],  # repeats are for the comparison
+    ["--repeat", "0"],
 ])
 def test_cost_curve_usage_errors(args):
     assert run(["bench", "--data", str(FIXTURE), *args]).exit_code == 2
@@ -251,14 +253,52 @@ def test_stage_table_in_pipeline_order():
 
 @pytest.mark.skipif(not DEFAULT_REFERENCE.exists(), reason="needs ../shared/tools/reference_metrics.py")
 def test_comparison_prints_stages_and_parity():
+    """With --repeat 2 specdraft runs twice: its wall time and peak are the median (here the mean)
+    of the two runs it lists, every stage's too, and the speedup is taken from that median."""
     result = run(["bench", "--data", str(FIXTURE), "--max-index-positions", "5000",
-                  "--backoff-max-index-positions", "6000", "--json", *FIXTURE_FLAGS])
+                  "--backoff-max-index-positions", "6000", "--repeat", "2", "--json", *FIXTURE_FLAGS])
     assert result.exit_code == 0, result.stderr
     bench = json.loads(result.stdout)
     assert all(bench["parity"].values())
     ours = bench["specdraft"]
     assert set(STAGES) <= set(ours["stages_peak_rss_bytes"]) and "total" in ours["stages_s"]
     assert ours["peak_rss_bytes"] >= max(ours["stages_peak_rss_bytes"].values())
+    assert bench["repeat"] == 2 and len(ours["wall_s_runs"]) == len(ours["peak_rss_bytes_runs"]) == 2
+    assert ours["wall_s"] == sum(ours["wall_s_runs"]) / 2
+    assert ours["peak_rss_bytes"] == sum(ours["peak_rss_bytes_runs"]) / 2
+    assert bench["speedup"] == bench["reference"]["wall_s"] / ours["wall_s"]
+
+
+def _side(wall_s, peak_gib, avg_accepted=2.5):
+    return {"wall_s": wall_s, "peak_rss_bytes": peak_gib * 1024**3, "avg_accepted": avg_accepted, "positions": 10,
+            "decode_step": 1.0, "stages_s": {"ingest": wall_s / 2, "total": wall_s}}
+
+
+def test_repeated_runs_report_the_median_and_range():
+    """Three runs of a side: the table shows the middle wall time and peak, the fastest to slowest
+    and lowest to highest beside them, and each stage's median."""
+    from specdraft.measure.bench import format_bench, repeated_side
+
+    ours = repeated_side([_side(21.0, 0.9), _side(19.0, 1.1), _side(25.0, 1.0)])
+    assert ours["wall_s"] == 21.0 and ours["peak_rss_bytes"] == 1.0 * 1024**3
+    assert ours["stages_s"] == {"ingest": 10.5, "total": 21.0}
+    reference = _side(170.0, 12.0)
+    result = {"data": "d.parquet", "flags": {"train_limit": 5}, "repeat": 3, "reference": reference,
+              "specdraft": ours, "speedup": 170 / 21, "memory_ratio": 1 / 12, "parity": {"selected": True}}
+    lines = format_bench(result).splitlines()
+    row = next(line for line in lines if line.startswith("specdraft   "))
+    assert row.split() == ["specdraft", "21.0", "1.00", "2.5000", "1.0000", "19.0-25.0", "0.90-1.10"]
+    assert next(line for line in lines if line.startswith("reference")).split()[-1] == "1.0000"  # one run: no range
+    assert "the median of 3 runs" in lines[2]
+
+
+def test_repeated_runs_must_agree():
+    """Runs of the same side that score differently are an error, not a median."""
+    from specdraft.errors import SpecdraftError
+    from specdraft.measure.bench import repeated_side
+
+    with pytest.raises(SpecdraftError, match="avg_accepted"):
+        repeated_side([_side(20.0, 1.0), _side(20.0, 1.0, avg_accepted=2.4)])
 
 
 @pytest.mark.skipif(not (DEFAULT_REFERENCE.exists() and (DEFAULT_PEER_BUILD / "venv").exists()),

@@ -11,6 +11,14 @@ cache that evicted is read again): specdraft run just after a process had touche
 12 GB took 27.8 s against 22.1 s without (ingest 4.0 s against 2.6 s, the n-gram tables 12.7 s
 against 10.3 s). specdraft's own 0.9 GB is a twelfth of that.
 
+On a shared machine one run's wall time says little: the development set's default preset took
+20.0 to 23.5 s in runs of the same code within an hour (2026-12-06). `--repeat N` runs specdraft
+(and with --peer the default preset and the peer) N times, taking turns (seed, default, peer,
+seed, ...: a slow spell falls on every side), and reports each side's median wall time and
+peak, with the range, and each stage's median. The reference runs once: it takes minutes, and
+the ratios' error is specdraft's. Every run of a side must give the same figures (they are
+deterministic); a run that differs fails the bench.
+
     specdraft bench --data ../shared/data/qwen25-math-rollouts.parquet --train-limit 6988
     specdraft bench --cost-curve --data ../shared/data/qwen25-math-rollouts.parquet --base-rows 3000
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,21 +120,60 @@ def _side(run: dict, every: dict, decode: dict, **more) -> dict:
             "positions": every["positions"], "decode_step": decode["avg_accepted"], **more}
 
 
+def repeated_side(runs: list[dict]) -> dict:
+    """One side's figures over its repeated runs (each a _side dict): the median wall time and
+    peak (the mean of the middle two of an even count), every run's in wall_s_runs and
+    peak_rss_bytes_runs, and each stage's median; the accepted figures, which every run must
+    share.
+
+    >>> side = repeated_side([{"wall_s": 3.0, "peak_rss_bytes": 5, "avg_accepted": 2.0, "stages_s": {"a": 1.0}},
+    ...                       {"wall_s": 1.0, "peak_rss_bytes": 7, "avg_accepted": 2.0, "stages_s": {"a": 3.0}},
+    ...                       {"wall_s": 2.0, "peak_rss_bytes": 6, "avg_accepted": 2.0, "stages_s": {"a": 2.0}}])
+    >>> side["wall_s"], side["wall_s_runs"], side["peak_rss_bytes"], side["stages_s"]
+    (2.0, [3.0, 1.0, 2.0], 6, {'a': 2.0})
+    """
+    first = runs[0]
+    for run in runs[1:]:
+        differ = [key for key in first if not key.startswith(("wall_s", "peak_rss", "stages")) and run.get(key) != first[key]]
+        if differ:
+            raise SpecdraftError(f"repeated runs differ in {', '.join(differ)}: {[r.get(differ[0]) for r in runs]}")
+    side = dict(first)
+    for key in ("wall_s", "peak_rss_bytes"):
+        values = [run[key] for run in runs]
+        side[key] = statistics.median(values)
+        side[f"{key}_runs"] = values
+    for key in ("stages_s", "stages_peak_rss_bytes"):
+        if key in first:
+            stages = {stage for run in runs for stage in run[key]}
+            side[key] = {stage: statistics.median(run[key][stage] for run in runs if stage in run[key])
+                         for stage in stages}
+    return side
+
+
 def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str | None,
-              peer: Path | None = None) -> dict:
+              peer: Path | None = None, repeat: int = 1) -> dict:
     """specdraft --preset seed against the reference; with `peer` (the peer's build directory)
     also specdraft --preset default and SuffixDecoding, every program cold, specdraft first (see
-    the module docstring)."""
+    the module docstring); specdraft and the peer `repeat` times, in turns (repeated_side)."""
+    if repeat < 1:
+        raise SpecdraftError(f"--repeat must be at least 1, got {repeat}")
     if peer is not None:
         peer_python(peer)  # a missing peer fails before anything runs
-    ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
-    result = {"data": str(data), "flags": seed_flags}
-    if peer is not None:
-        default_run, default = run_specdraft(data, seed_flags, memory_limit, preset="default")
-        peer_run, suffix = run_peer(data, seed_flags, peer)
-        result["specdraft_default"] = _side(default_run, default["selected"], default["decode_step"],
-                                            stages_s=default["timings_s"])
-        result["peer"] = _side(peer_run, suffix["every_position"], suffix["decode_step"], config=PEER_CONFIG)
+    sides: dict[str, list[dict]] = {"specdraft": [], "specdraft_default": [], "peer": []}
+    for round_ in range(1, repeat + 1):
+        if repeat > 1:
+            say(f"bench: round {round_} of {repeat}")
+        ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
+        sides["specdraft"].append(_side(ours_run, ours["selected"], ours["decode_step"], stages_s=ours["timings_s"],
+                                        stages_peak_rss_bytes=ours.get("peak_rss_bytes_by_stage", {})))
+        if peer is not None:
+            default_run, default = run_specdraft(data, seed_flags, memory_limit, preset="default")
+            peer_run, suffix = run_peer(data, seed_flags, peer)
+            sides["specdraft_default"].append(_side(default_run, default["selected"], default["decode_step"],
+                                                    stages_s=default["timings_s"]))
+            sides["peer"].append(_side(peer_run, suffix["every_position"], suffix["decode_step"], config=PEER_CONFIG))
+    result = {"data": str(data), "flags": seed_flags, "repeat": repeat}
+    result.update((name, repeated_side(runs)) for name, runs in sides.items() if runs)
     reference_run = measure([sys.executable, str(reference), str(data), *_flags(seed_flags)])
     if reference_run["returncode"] != 0:
         raise SpecdraftError(f"reference failed:\n{reference_run['stderr']}")
@@ -137,10 +185,8 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
         for ours_key, ref_key in pairs
     }
     result["reference"] = _side(reference_run, theirs["every_position"], theirs["decode_step_causal"])
-    result["specdraft"] = _side(ours_run, ours["selected"], ours["decode_step"], stages_s=ours["timings_s"],
-                                stages_peak_rss_bytes=ours.get("peak_rss_bytes_by_stage", {}))
-    result["speedup"] = reference_run["wall_s"] / ours_run["wall_s"]
-    result["memory_ratio"] = ours_run["peak_rss_bytes"] / reference_run["peak_rss_bytes"]
+    result["speedup"] = reference_run["wall_s"] / result["specdraft"]["wall_s"]
+    result["memory_ratio"] = result["specdraft"]["peak_rss_bytes"] / reference_run["peak_rss_bytes"]
     result["parity"] = parity
     return result
 
@@ -170,12 +216,16 @@ def format_bench(result: dict) -> str:
         presets = [("specdraft seed", ours), ("specdraft default", result["specdraft_default"])]
         rows = [("reference", ref), *presets, (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
     width = max(len(name) for name, _ in rows) + 2
+    repeat = result.get("repeat", 1)
     lines = [
         f"data: {result['data']}",
         f"flags: {' '.join(_flags(result['flags']))}",
-        f"{'':{width}}{'wall s':>10}{'peak GiB':>10}{'every position':>16}{'decode step':>13}",
+        *([f"specdraft and the peer: the median of {repeat} runs each, taken in turns (range: fastest to "
+           "slowest); the reference: one run"] if repeat > 1 else []),
+        f"{'':{width}}{'wall s':>10}{'peak GiB':>10}{'every position':>16}{'decode step':>13}"
+        + (f"{'wall s range':>16}{'peak GiB range':>16}" if repeat > 1 else ""),
         *(f"{name:{width}}{side['wall_s']:10.1f}{side['peak_rss_bytes'] / GIB:10.2f}{side['avg_accepted']:16.4f}"
-          f"{side['decode_step']:13.4f}" for name, side in rows),
+          f"{side['decode_step']:13.4f}" + _ranges(side) for name, side in rows),
         f"speedup {result['speedup']:.1f}x, memory {result['memory_ratio']:.2f} of the reference's",
     ]
     if "peer" in result:
@@ -187,10 +237,19 @@ def format_bench(result: dict) -> str:
     lines += [
         "parity (histograms equal): " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["parity"].items()),
         "",
-        "specdraft by stage (total: in-process, without interpreter start):",
+        "specdraft by stage (total: in-process, without interpreter start)"
+        + (f", the median of {repeat} runs:" if repeat > 1 else ":"),
         format_stages(ours["stages_s"], ours.get("stages_peak_rss_bytes", {})),
     ]
     return "\n".join(lines)
+
+
+def _ranges(side: dict) -> str:
+    """A repeated side's fastest to slowest wall time and lowest to highest peak (blank for one run)."""
+    if len(side.get("wall_s_runs", ())) < 2:
+        return ""
+    walls, peaks = side["wall_s_runs"], [peak / GIB for peak in side["peak_rss_bytes_runs"]]
+    return f"{f'{min(walls):.1f}-{max(walls):.1f}':>16}{f'{min(peaks):.2f}-{max(peaks):.2f}':>16}"
 
 
 def parse_scales(value: str) -> tuple[int, ...]:
