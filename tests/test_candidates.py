@@ -14,11 +14,9 @@ import pytest
 from specdraft.config import RunConfig
 from specdraft.drafters.autocomplete import SpanIndex, span_prefix_map
 from specdraft.drafters.candidates import build_candidate_features
-from specdraft.drafters.families import NAMES as FAMILIES
-from specdraft.drafters.families import SEED as SEED_FAMILIES
 from specdraft.errors import SpecdraftError
 from specdraft.pipeline import RunInputs, run_until
-from specdraft.policy import confidence, evaluate
+from specdraft.policy import confidence, evaluate, policy_for
 from specdraft.sources.synthetic import generate_traces
 
 from .conftest import FIXTURES
@@ -150,7 +148,7 @@ def test_candidates_do_not_see_future_tokens(tmp_path, cfg):
     assert before_a and before_a == before_b
     # every source of the preset, the seed's and (default) the ones beyond it, has drafts in the
     # compared stretch
-    families = SEED_FAMILIES if cfg.preset == "seed" else FAMILIES
+    families = policy_for(cfg.preset).families
     assert {family for _, family, _, _ in before_a} == set(families)
     # and the repeat is found once it is known: copy drafts after the first half
     assert any(family == "copy" and pos > common for pos, family, _, _ in rows_a)

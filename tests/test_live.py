@@ -22,6 +22,7 @@ from specdraft import Drafter
 from specdraft.cli import main
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
+from specdraft.live import bundle as live_bundle
 from specdraft.live import drafter as live_drafter
 from specdraft.live.bundle import export_bundle
 from specdraft.live.confidence import Candidate
@@ -37,9 +38,9 @@ DATASET = "parity_traces"
 DEFAULT = dataclasses.replace(SEED, preset="default")
 
 
-def _built(tmp_path_factory, cfg):
+def _built(tmp_path_factory, cfg, name: str | None = None):
     """A run of the parity fixture, and its bundle."""
-    root = tmp_path_factory.mktemp(f"live-{cfg.preset}")
+    root = tmp_path_factory.mktemp(f"live-{name or cfg.preset}")
     results = run_all(cfg, root / "warehouse", str(FIXTURE), "unused")
     export_bundle(root / "warehouse", None, root / "bundle")
     return root, results
@@ -53,6 +54,17 @@ def seed_built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def default_built(tmp_path_factory):
     return _built(tmp_path_factory, DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def rank2_built(tmp_path_factory):
+    """A --preset default run as runs before 2026-12-06 made it, proposing ngram-rank2 drafts too
+    (which its features count), and its bundle, which therefore drafts them."""
+    from specdraft.policy.confidence import ConfidencePolicy
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ConfidencePolicy, "families", families.NAMES)
+        return _built(tmp_path_factory, DEFAULT, "rank2")
 
 
 @pytest.fixture(scope="module", params=["seed", "default"])
@@ -117,8 +129,9 @@ def walk(drafter, prompt_len, tokens, upto=None):
 
 # -- the warehouse's drafts -----------------------------------------------------------------------
 
-def test_live_drafts_are_the_runs_chosen_drafts(built):
-    root, results = built
+@pytest.mark.parametrize("name", ["seed", "default", "rank2"])
+def test_live_drafts_are_the_runs_chosen_drafts(name, request):
+    root, results = request.getfixturevalue(f"{name}_built")
     result = replay(root / "warehouse", None, root / "bundle")
     assert result["positions"] == results["selected"]["positions"] > 1000
     assert result["exact_positions"] == result["positions"], result["mismatches"]
@@ -449,6 +462,28 @@ def test_a_missing_file_or_manifest_is_named(bundle_copy):
         Drafter.load(bundle_copy)
 
 
+def test_rank2_goes_with_the_policy_that_proposed_it(default_built, rank2_built, tmp_path):
+    """A default-preset bundle holds ngram_rank2.arrow exactly where its run proposed ngram-rank2
+    drafts (policy.json's families; a run that recorded none proposed every family), and one whose
+    policy drafts from it but lists no such table is refused by name."""
+    manifests = {name: json.loads((built[0] / "bundle" / "manifest.json").read_text())
+                 for name, built in (("default", default_built), ("rank2", rank2_built))}
+    assert "ngram_rank2.arrow" not in manifests["default"]["files"]
+    assert "ngram_rank2.arrow" in manifests["rank2"]["files"]
+    copy = tmp_path / "bundle"
+    shutil.copytree(default_built[0] / "bundle", copy)
+    policy = json.loads((copy / "policy.json").read_text())
+    del policy["families"]  # as a run from before the record: it proposed every family
+    (copy / "policy.json").write_bytes(json.dumps(policy).encode())
+    manifest = manifests["default"]
+    manifest["files"]["policy.json"] = {"bytes": (copy / "policy.json").stat().st_size,
+                                        "sha256": live_bundle._sha256(copy / "policy.json")}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(copy)
+    _one_line_naming(excinfo, copy / "manifest.json", "lists no ngram_rank2.arrow")
+
+
 def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
     root, _ = built
     out = tmp_path / "bundle"
@@ -537,15 +572,17 @@ def test_every_position_checks_its_rows(drafter, eval_traces, built):
 
 # -- --preset default: the sources beyond the seed and the confidence model -----------------------
 
-def test_default_drafts_and_features_are_the_warehouses(default_built, default_drafter):
+@pytest.mark.parametrize("name", ["default", "rank2"])
+def test_default_drafts_and_features_are_the_warehouses(name, request):
     """At every eval position, every family's drafts (the seed's four, recent copies, the n-gram at
-    every length and rank 2) with their context lengths, counts and copy distances are the
-    candidates table's, in eval_features' order; the selectable ones' feature rows are
-    candidate_features' rows, number for number."""
+    every length, and rank 2 from a run that proposed it) with their context lengths, counts and
+    copy distances are the candidates table's, in eval_features' order; the selectable ones'
+    feature rows are candidate_features' rows, number for number."""
     from specdraft.live.confidence import feature_rows, last_known
     from specdraft.policy.confidence import NUMERIC_FEATURES, feature_matrix, selectable
 
-    drafter = default_drafter
+    default_built = request.getfixturevalue(f"{name}_built")
+    drafter = Drafter.load(default_built[0] / "bundle")
     with Warehouse(default_built[0] / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
         features = wh.run_text(
             "select f.*, c.draft from candidate_features as f join candidates as c using (trace_id, pos, source) "
@@ -573,8 +610,11 @@ def test_default_drafts_and_features_are_the_warehouses(default_built, default_d
             orders |= {c.order for c in live}
             checked += len(live)
             session.extend([tokens[pos]])
-    # every family but online (arithmetic: the fixture's eval traces calculate)
-    assert checked > 5000 and orders == set(range(len(families.NAMES))) - {families.ORDER["online"]}, orders
+    # every family but online (arithmetic: the fixture's eval traces calculate), and rank 2 where
+    # the run proposed it
+    left_out = {"online"} | ({"ngram-rank2"} if name == "default" else set())
+    assert checked > 5000 and orders == {families.ORDER[f] for f in families.NAMES if f not in left_out}, orders
+    assert (drafter.bundle.ngram_rank2 is not None) == (name == "rank2")
     assert len(NUMERIC_FEATURES) + 1 == matrix.shape[1]
 
 

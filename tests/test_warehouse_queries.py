@@ -349,9 +349,12 @@ def test_report_contexts_are_the_runs_own(tmp_path):
             for preset in ("seed", "default")]
     with Warehouse(tmp_path, read_only=True, dataset="two_runs", memory_limit=None) as wh:
         for run_id in runs:
+            # the top five by token ids, listed by their text (as the report does: ties in hits,
+            # choices and source may list in another order than they were cut in)
             expected = wh.run_text(
-                "select as_text(ctx_tokens), source, hits, chosen from top_hitting_contexts where run_id = $run_id "
-                "order by hits desc, chosen desc, source, ctx_tokens limit 5", {"run_id": run_id}).fetchall()
+                "select * from (select as_text(ctx_tokens) as context, source, hits, chosen from top_hitting_contexts "
+                "where run_id = $run_id order by hits desc, chosen desc, source, ctx_tokens limit 5) "
+                "order by hits desc, chosen desc, source, context", {"run_id": run_id}).fetchall()
             wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
             assert wh.query("report/run_top_contexts", {"top": 5}).fetchall() == expected
             (chosen,), = wh.run_text("select sum(chosen) from run_hitting_contexts").fetchall()

@@ -37,7 +37,10 @@ FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_
 # Sources kept as views, which the candidates table reads (its family column names their rows):
 # written out as tables first, their 1.27M drafts on the development set made the candidates stage
 # take 8.30-8.63 s against 7.85-8.15 s.
-VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy"), ("ngram_all_candidates", "ngram-all"))
+# Each is there when the preset proposes its family; a parameter named beside it says whether the
+# preset proposes another family the view drafts too.
+VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy", {}),
+                  ("ngram_all_candidates", "ngram-all", {"rank2": "ngram-rank2"}))
 # The room copy_candidates and ngram_candidates need as views (_sources_as_views): 136MB for the
 # tests' parity fixture (2,126 query positions), which with views failed at DuckDB limits of 35MB
 # (--preset seed) and 70MB (default) and ran at 49MB and 84MB; 556MB for the development set
@@ -122,8 +125,10 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
         wh.store("prompt_candidates", prompt.result())
         wh.store("arithmetic_candidates", arithmetic.result())
     release_unused_memory()  # the walk's freed arrays, kept by its threads' heaps, before the SQL
-    for table, family in VIEWED_SOURCES:
-        _source(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len}, as_view=True)
+    for table, family, more in VIEWED_SOURCES:
+        proposes = {param: name in policy.families for param, name in more.items()}
+        _source(wh, table, {"enabled": family in policy.families, "draft_len": cfg.draft_len, **proposes},
+                as_view=True)
     wh.materialize("drafters/online_candidates",
                    {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
     wh.register("source_families", families.order_table())

@@ -7,7 +7,8 @@
                     source_avg; --preset default, the confidence model's baseline, choices,
                     scored families and scoring ("per-draft": one score per distinct draft)
     ngram.arrow     key, count, store_pos: per n-gram context, its rank-1 continuation
-    ngram_rank2.arrow  the same for the rank-2 continuation (--preset default)
+    ngram_rank2.arrow  the same for the rank-2 continuation (--preset default, a run that proposed
+                    it: policy.json's families, before 2026-12-06)
     backoff.arrow   key, token_id, count, total: per backoff context, its pick
     store.arrow     token_id: the train traces' tokens, which n-gram drafts point into
     trees.arrow     the confidence model's tree nodes (--preset default; policy/trees.py)
@@ -36,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import RunConfig
+from specdraft.drafters import families
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.live import keys
 from specdraft.live.tables import ContextTable, segments_of
@@ -61,8 +63,9 @@ TABLE_COLUMNS = {
 TREE_TYPES = {"threshold": pa.float64(), "value": pa.float64(), "left_codes": pa.int64()}  # others int32
 PRESET_TABLES = {
     "seed": ("ngram.arrow", "backoff.arrow", "store.arrow"),
-    "default": ("ngram.arrow", "ngram_rank2.arrow", "backoff.arrow", "store.arrow", "trees.arrow"),
+    "default": ("ngram.arrow", "backoff.arrow", "store.arrow", "trees.arrow"),
 }
+RANK2_TABLE = "ngram_rank2.arrow"  # --preset default, where the run proposed ngram-rank2 (proposes_rank2)
 JSON_FILES = ("config.json", "policy.json")
 
 
@@ -102,7 +105,8 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         lookups = {"ngram.arrow": _ngram(wh, len(store), cfg.draft_len, rank=1), "backoff.arrow": _backoff(wh, cfg)}
         tables = {"store.arrow": pa.table({"token_id": store})}
         if preset == "default":
-            lookups["ngram_rank2.arrow"] = _ngram(wh, len(store), cfg.draft_len, rank=2)
+            if proposes_rank2(results["policy"]):
+                lookups[RANK2_TABLE] = _ngram(wh, len(store), cfg.draft_len, rank=2)
             tables["trees.arrow"] = recorded_trees(wh, run_id)
     segments = {}
     for name, (ctx_lens, table) in lookups.items():
@@ -217,6 +221,12 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def proposes_rank2(policy: dict) -> bool:
+    """Did a --preset default run propose ngram-rank2 drafts (its features count them, so its bundle
+    drafts them too)? Runs record the families they proposed; those before the record, every one."""
+    return "ngram-rank2" in policy.get("families", families.NAMES)
+
+
 # -- load ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -252,7 +262,7 @@ class Bundle:
     backoff_count: memoryview
     backoff_total: memoryview
     store: memoryview
-    # --preset default only
+    # --preset default, a run that proposed ngram-rank2 only
     ngram_rank2: ContextTable | None = None
     ngram_rank2_count: memoryview | None = None
     ngram_rank2_store_pos: memoryview | None = None
@@ -285,8 +295,11 @@ def read_bundle(root: Path) -> Bundle:
     missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:
         raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
+    rank2 = [RANK2_TABLE] if preset == "default" and proposes_rank2(_read_json(root / "policy.json")) else []
+    if rank2 and RANK2_TABLE not in manifest["files"]:
+        raise SpecdraftError(f"{root / MANIFEST}: lists no {RANK2_TABLE}, which the run's policy drafts from")
     config = RunConfig.recorded(_read_json(root / "config.json"))
-    columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
+    columns = {name: _read_table(root / name) for name in (*PRESET_TABLES[preset], *rank2)}
     policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
     segments = manifest["tables"]
 
@@ -295,10 +308,10 @@ def read_bundle(root: Path) -> Bundle:
 
     ngram, backoff = columns["ngram.arrow"], columns["backoff.arrow"]
     extra = {}
-    if preset == "default":
-        rank2 = columns["ngram_rank2.arrow"]
-        extra = {"ngram_rank2": lookup("ngram_rank2.arrow"), "ngram_rank2_count": memoryview(rank2["count"]),
-                 "ngram_rank2_store_pos": memoryview(rank2["store_pos"])}
+    if rank2:
+        table = columns[RANK2_TABLE]
+        extra = {"ngram_rank2": lookup(RANK2_TABLE), "ngram_rank2_count": memoryview(table["count"]),
+                 "ngram_rank2_store_pos": memoryview(table["store_pos"])}
     return Bundle(
         root, manifest, config, policy,
         ngram=lookup("ngram.arrow"),

@@ -9,8 +9,8 @@ session's incremental state:
 
 - recent copy: per context length, each context's count of earlier places in the session and its
   latest two (RecentIndex), updated as tokens arrive;
-- ngram-all and ngram-rank2: the bundle's rank-1 and rank-2 continuations at every context length
-  that hits;
+- ngram-all (and, from a run that proposed them, ngram-rank2): the bundle's rank-1 (and rank-2)
+  continuations at every context length that hits;
 - online (Drafter.load(DIR, online=True), an --online run's bundle): the latest place, in a session
   closed earlier, with the same context (OnlineStore).
 
@@ -208,14 +208,17 @@ def recent_candidates(index: RecentIndex, tokens: list[int], prefix: list[int], 
 
 
 def ngram_all_candidates(drafter, prefix: list[int], n: int) -> tuple[list[Candidate], list[Candidate]]:
-    """ngram_all_candidates.sql: the rank-1 and rank-2 continuations at every context length that
-    hits: the rank-1 drafts, then the rank-2 ones, each by length ascending ((family order,
-    context length) order). ContextTable.row is inlined: this is the hottest loop of a propose."""
+    """ngram_all_candidates.sql: the rank-1 and (where the bundle's run proposed them) rank-2
+    continuations at every context length that hits: the rank-1 drafts, then the rank-2 ones, each
+    by length ascending ((family order, context length) order). ContextTable.row is inlined: this
+    is the hottest loop of a propose."""
     bundle = drafter.bundle
     store, draft_len = bundle.store, drafter.draft_len
     keys1, directory1 = bundle.ngram.keys, bundle.ngram.directory
     count1, pos1 = bundle.ngram_count, bundle.ngram_store_pos
-    keys2, directory2 = bundle.ngram_rank2.keys, bundle.ngram_rank2.directory
+    # (no table where the run did not propose them: then every plan2 is None)
+    keys2, directory2 = (None, None) if bundle.ngram_rank2 is None else (bundle.ngram_rank2.keys,
+                                                                          bundle.ngram_rank2.directory)
     count2, pos2 = bundle.ngram_rank2_count, bundle.ngram_rank2_store_pos
     end = prefix[n]
     rank1: list[Candidate] = []

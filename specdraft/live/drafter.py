@@ -115,7 +115,9 @@ class Drafter:
             slot = {n: i for i, (n, _) in enumerate(self.recent_lengths)}
             self.copy_slots = [slot[n] for n, _ in self.copy_lengths]
             rank1 = {n: (offset, shift) for n, _, offset, shift in self.ngram_plan}
-            rank2 = {n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
+            # the rank-2 continuations, where the run proposed them (bundle.proposes_rank2)
+            rank2 = {} if bundle.ngram_rank2 is None else {
+                n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
             self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
                                    if n in rank1]
         # drafters/arithmetic.py, where the policy scores its drafts (a bundle from before it does not)

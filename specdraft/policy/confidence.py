@@ -114,7 +114,12 @@ class ConfidencePolicy:
     """Predicts accepted tokens per draft; fitted on calibration drafts (a policy.Policy:
     --preset default)."""
 
-    families: ClassVar[tuple[str, ...]] = families.NAMES
+    # every family but ngram-rank2, which runs before 2026-12-06 proposed as agreement evidence and
+    # to branch the token trees: without it, on the development set every position / decode step
+    # rose from 2.4419 / 0.9927 to 2.4435 / 0.9935 and the run took 18.7-19.0 s against 21.0-21.8 s
+    # (three runs each, alternated); the trees lost some (tree_b16 / b64 2.681 / 3.011 -> 2.668 /
+    # 2.941). A bundle of such a run still drafts it (live/bundle.py: ngram_rank2.arrow).
+    families: ClassVar[tuple[str, ...]] = tuple(name for name in families.NAMES if name != "ngram-rank2")
     reads_features: ClassVar[bool] = True
     ngram_by_support: ClassVar[bool] = True
     slow_imports: ClassVar[tuple[str, ...]] = ("lightgbm",)
@@ -210,9 +215,11 @@ class ConfidencePolicy:
         return {
             "kind": "gradient-boosted trees (Poisson loss) on per-draft features",
             "library": "lightgbm",  # (runs before it: scikit-learn, without this key)
+            # the families whose drafts it proposed (runs without this key: every family)
+            "families": list(self.families),
             "choices": [f for f in SELECTABLE if f not in self.excluded],
             # the families it scores: the choices, and the drafts that only branch token trees
-            "scored": [f for f in IN_TREES if f not in self.excluded],
+            "scored": [f for f in IN_TREES if f in self.families and f not in self.excluded],
             # fitted on, and scoring, one row per distinct draft at a position (scoring_rows)
             "scoring": "per-draft",
             "trees": TREES,

@@ -1,10 +1,10 @@
 -- out: ngram_all_candidates
 -- grain: trace_id, pos, source
 -- reads: query_context_keys, query_positions, ngram_choices, selected_traces
--- params: $enabled BOOLEAN, $draft_len BIGINT
+-- params: $enabled BOOLEAN, $rank2 BOOLEAN, $draft_len BIGINT
 -- Global n-gram at every context length that hits, not only the longest (not in the seed): the
--- context's first choice of continuation (family ngram-all) and its second (ngram-rank2), as
--- ngram_choices.sql chooses them.
+-- context's first choice of continuation (family ngram-all) and, where $rank2 (runs before
+-- 2026-12-06), its second (ngram-rank2), as ngram_choices.sql chooses them.
 with hits as materialized (
     select
         q.trace_id,
@@ -17,7 +17,7 @@ with hits as materialized (
     from query_positions as q
     join query_context_keys as k using (trace_id, pos)
     join ngram_choices as e on e.ctx_len = k.ctx_len and e.ctx_hash = k.ctx_hash
-    where $enabled
+    where $enabled and (e.choice = 1 or $rank2)
 ),
 -- each continuation's tokens sliced once (hits share a few first-seen places: 794,373 n-gram-all
 -- hits come from 97,305 on the development set); a slice per hit would copy the source trace's
