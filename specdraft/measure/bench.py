@@ -217,11 +217,12 @@ def format_bench(result: dict) -> str:
         rows = [("reference", ref), *presets, (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
     width = max(len(name) for name, _ in rows) + 2
     repeat = result.get("repeat", 1)
+    repeats = (f"specdraft and the peer: the median of {repeat} runs each, taken in turns (range: fastest to "
+               "slowest); the reference: one run")
     lines = [
         f"data: {result['data']}",
         f"flags: {' '.join(_flags(result['flags']))}",
-        *([f"specdraft and the peer: the median of {repeat} runs each, taken in turns (range: fastest to "
-           "slowest); the reference: one run"] if repeat > 1 else []),
+        *([repeats] if repeat > 1 else []),
         f"{'':{width}}{'wall s':>10}{'peak GiB':>10}{'every position':>16}{'decode step':>13}"
         + (f"{'wall s range':>16}{'peak GiB range':>16}" if repeat > 1 else ""),
         *(f"{name:{width}}{side['wall_s']:10.1f}{side['peak_rss_bytes'] / GIB:10.2f}{side['avg_accepted']:16.4f}"
