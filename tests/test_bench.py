@@ -267,11 +267,14 @@ def test_comparison_prints_stages_and_parity():
     assert ours["wall_s"] == sum(ours["wall_s_runs"]) / 2
     assert ours["peak_rss_bytes"] == sum(ours["peak_rss_bytes_runs"]) / 2
     assert bench["speedup"] == bench["reference"]["wall_s"] / ours["wall_s"]
+    # results.json is written before the report page and the exit (and after the process starts)
+    assert len(ours["results_s_runs"]) == 2 and all(0 < s < wall + 1 for s, wall in zip(ours["results_s_runs"],
+                                                                                    ours["wall_s_runs"]))
 
 
-def _side(wall_s, peak_gib, avg_accepted=2.5):
+def _side(wall_s, peak_gib, avg_accepted=2.5, **more):
     return {"wall_s": wall_s, "peak_rss_bytes": peak_gib * 1024**3, "avg_accepted": avg_accepted, "positions": 10,
-            "decode_step": 1.0, "stages_s": {"ingest": wall_s / 2, "total": wall_s}}
+            "decode_step": 1.0, "stages_s": {"ingest": wall_s / 2, "total": wall_s}, **more}
 
 
 def test_repeated_runs_report_the_median_and_range():
@@ -279,16 +282,19 @@ def test_repeated_runs_report_the_median_and_range():
     and lowest to highest beside them, and each stage's median."""
     from specdraft.measure.bench import format_bench, repeated_side
 
-    ours = repeated_side([_side(21.0, 0.9), _side(19.0, 1.1), _side(25.0, 1.0)])
-    assert ours["wall_s"] == 21.0 and ours["peak_rss_bytes"] == 1.0 * 1024**3
+    ours = repeated_side([_side(21.0, 0.9, results_s=22.0), _side(19.0, 1.1, results_s=18.5),
+                          _side(25.0, 1.0, results_s=20.0)])
+    assert ours["wall_s"] == 21.0 and ours["peak_rss_bytes"] == 1.0 * 1024**3 and ours["results_s"] == 20.0
     assert ours["stages_s"] == {"ingest": 10.5, "total": 21.0}
     reference = _side(170.0, 12.0)
     result = {"data": "d.parquet", "flags": {"train_limit": 5}, "repeat": 3, "reference": reference,
               "specdraft": ours, "speedup": 170 / 21, "memory_ratio": 1 / 12, "parity": {"selected": True}}
     lines = format_bench(result).splitlines()
     row = next(line for line in lines if line.startswith("specdraft   "))
-    assert row.split() == ["specdraft", "21.0", "1.00", "2.5000", "1.0000", "19.0-25.0", "0.90-1.10"]
-    assert next(line for line in lines if line.startswith("reference")).split()[-1] == "1.0000"  # one run: no range
+    assert row.split() == ["specdraft", "21.0", "20.0", "1.00", "2.5000", "1.0000", "19.0-25.0", "0.90-1.10"]
+    # the reference: one run, no range, and no results.json of ours
+    assert next(line for line in lines if line.startswith("reference")).split() == [
+        "reference", "170.0", "-", "12.00", "2.5000", "1.0000"]
     assert "the median of 3 runs" in lines[2]
 
 

@@ -19,6 +19,11 @@ peak, with the range, and each stage's median. The reference runs once: it takes
 the ratios' error is specdraft's. Every run of a side must give the same figures (they are
 deterministic); a run that differs fails the bench.
 
+Besides the process's wall time, specdraft's runs report `results_s`: from before the process
+started to when results.json was written (its modification time), the measure issue 14 states
+its targets in; the report page and the process's exit follow it (about a second on the
+development set).
+
     specdraft bench --data ../shared/data/qwen25-math-rollouts.parquet --train-limit 6988
     specdraft bench --cost-curve --data ../shared/data/qwen25-math-rollouts.parquet --base-rows 3000
 """
@@ -80,10 +85,15 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
                    "--preset", preset, *_flags(flags)]
         if memory_limit:
             command += ["--memory-limit", memory_limit]
+        started = time.time()
         run = measure(command)
         if run["returncode"] != 0:
             raise SpecdraftError(f"specdraft failed:\n{run['stderr']}")
-        results = json.loads((Path(tmp) / "out" / "results.json").read_text())
+        path = Path(tmp) / "out" / "results.json"
+        # from before the process started to when results.json was written (the report page and
+        # the process's exit come after it)
+        run["results_s"] = path.stat().st_mtime - started
+        results = json.loads(path.read_text())
     # getrusage sees the kernel's peak of the whole process; the run's own sampled maximum (10 ms
     # readings) can only be at or below it, and is taken where getrusage is not available
     run["peak_rss_bytes"] = max(run["peak_rss_bytes"], results.get("peak_rss_bytes_by_stage", {}).get("total", 0))
@@ -116,8 +126,10 @@ def run_peer(data: Path, flags: dict, build: Path, script: Path = DEFAULT_PEER_S
 
 
 def _side(run: dict, every: dict, decode: dict, **more) -> dict:
-    return {"wall_s": run["wall_s"], "peak_rss_bytes": run["peak_rss_bytes"], "avg_accepted": every["avg_accepted"],
-            "positions": every["positions"], "decode_step": decode["avg_accepted"], **more}
+    timed = {"results_s": run["results_s"]} if "results_s" in run else {}
+    return {"wall_s": run["wall_s"], **timed, "peak_rss_bytes": run["peak_rss_bytes"],
+            "avg_accepted": every["avg_accepted"], "positions": every["positions"],
+            "decode_step": decode["avg_accepted"], **more}
 
 
 def repeated_side(runs: list[dict]) -> dict:
@@ -134,11 +146,14 @@ def repeated_side(runs: list[dict]) -> dict:
     """
     first = runs[0]
     for run in runs[1:]:
-        differ = [key for key in first if not key.startswith(("wall_s", "peak_rss", "stages")) and run.get(key) != first[key]]
+        differ = [key for key in first if not key.startswith(("wall_s", "results_s", "peak_rss", "stages"))
+                  and run.get(key) != first[key]]
         if differ:
             raise SpecdraftError(f"repeated runs differ in {', '.join(differ)}: {[r.get(differ[0]) for r in runs]}")
     side = dict(first)
-    for key in ("wall_s", "peak_rss_bytes"):
+    for key in ("wall_s", "results_s", "peak_rss_bytes"):
+        if key not in first:
+            continue
         values = [run[key] for run in runs]
         side[key] = statistics.median(values)
         side[f"{key}_runs"] = values
@@ -223,10 +238,11 @@ def format_bench(result: dict) -> str:
         f"data: {result['data']}",
         f"flags: {' '.join(_flags(result['flags']))}",
         *([repeats] if repeat > 1 else []),
-        f"{'':{width}}{'wall s':>10}{'peak GiB':>10}{'every position':>16}{'decode step':>13}"
+        f"{'':{width}}{'wall s':>10}{'results s':>11}{'peak GiB':>10}{'every position':>16}{'decode step':>13}"
         + (f"{'wall s range':>16}{'peak GiB range':>16}" if repeat > 1 else ""),
-        *(f"{name:{width}}{side['wall_s']:10.1f}{side['peak_rss_bytes'] / GIB:10.2f}{side['avg_accepted']:16.4f}"
-          f"{side['decode_step']:13.4f}" + _ranges(side) for name, side in rows),
+        *(f"{name:{width}}{side['wall_s']:10.1f}{_seconds(side.get('results_s')):>11}"
+          f"{side['peak_rss_bytes'] / GIB:10.2f}{side['avg_accepted']:16.4f}{side['decode_step']:13.4f}"
+          + _ranges(side) for name, side in rows),
         f"speedup {result['speedup']:.1f}x, memory {result['memory_ratio']:.2f} of the reference's",
     ]
     if "peer" in result:
@@ -236,6 +252,7 @@ def format_bench(result: dict) -> str:
                          f"{side['peak_rss_bytes'] / peer['peak_rss_bytes']:.2f} of its memory, "
                          f"{side['avg_accepted'] - peer['avg_accepted']:+.3f} accepted per position")
     lines += [
+        "results s: from start to results.json written (specdraft's report page and exit follow it)",
         "parity (histograms equal): " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["parity"].items()),
         "",
         "specdraft by stage (total: in-process, without interpreter start)"
@@ -243,6 +260,10 @@ def format_bench(result: dict) -> str:
         format_stages(ours["stages_s"], ours.get("stages_peak_rss_bytes", {})),
     ]
     return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _ranges(side: dict) -> str:
