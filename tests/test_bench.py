@@ -298,6 +298,27 @@ def test_repeated_runs_report_the_median_and_range():
     assert "the median of 3 runs" in lines[2]
 
 
+def test_parity_holds_for_every_repeated_run(monkeypatch, tmp_path):
+    """With --repeat, each seed run's histograms are compared with the reference's: a run whose
+    histogram differs (with the same mean, so the runs' figures agree) is a parity failure."""
+    from specdraft.measure import bench
+
+    histograms = iter([{"0": 2, "1": 2}, {"0": 3, "2": 1}])  # both average 0.5; the first differs
+
+    def fake_run(data, flags, memory_limit, preset="seed"):
+        figures = {"avg_accepted": 0.5, "positions": 4, "histogram": next(histograms)}
+        return {"wall_s": 1.0, "peak_rss_bytes": MB}, {
+            "selected": figures, "oracle_best": figures, "decode_step": figures, "timings_s": {"total": 1.0}}
+
+    monkeypatch.setattr(bench, "run_specdraft", fake_run)
+    reference = tmp_path / "reference.py"
+    figures = {"avg_accepted": 0.5, "positions": 4, "histogram": {"0": 3, "2": 1}}
+    reference.write_text("import json\nprint(json.dumps(" + repr(
+        {"every_position": figures, "oracle_best": figures, "decode_step_causal": figures}) + "))\n")
+    result = bench.run_bench(FIXTURE, {}, reference, None, repeat=2)
+    assert result["parity"] == {"selected": False, "oracle_best": False, "decode_step": False}
+
+
 def test_repeated_runs_must_agree():
     """Runs of the same side that score differently are an error, not a median."""
     from specdraft.errors import SpecdraftError
