@@ -22,7 +22,6 @@ from specdraft import Drafter
 from specdraft.cli import main
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
-from specdraft.live import bundle as live_bundle
 from specdraft.live import drafter as live_drafter
 from specdraft.live.bundle import export_bundle
 from specdraft.live.confidence import Candidate
@@ -465,23 +464,21 @@ def test_a_missing_file_or_manifest_is_named(bundle_copy):
 def test_rank2_goes_with_the_policy_that_proposed_it(default_built, rank2_built, tmp_path):
     """A default-preset bundle holds ngram_rank2.arrow exactly where its run proposed ngram-rank2
     drafts (policy.json's families; a run that recorded none proposed every family), and one whose
-    policy drafts from it but lists no such table is refused by name."""
+    policy drafts from it but lists no such table is refused by name, as is a policy whose
+    families are not a list of names."""
     manifests = {name: json.loads((built[0] / "bundle" / "manifest.json").read_text())
                  for name, built in (("default", default_built), ("rank2", rank2_built))}
     assert "ngram_rank2.arrow" not in manifests["default"]["files"]
     assert "ngram_rank2.arrow" in manifests["rank2"]["files"]
-    copy = tmp_path / "bundle"
-    shutil.copytree(default_built[0] / "bundle", copy)
-    policy = json.loads((copy / "policy.json").read_text())
-    del policy["families"]  # as a run from before the record: it proposed every family
-    (copy / "policy.json").write_bytes(json.dumps(policy).encode())
-    manifest = manifests["default"]
-    manifest["files"]["policy.json"] = {"bytes": (copy / "policy.json").stat().st_size,
-                                        "sha256": live_bundle._sha256(copy / "policy.json")}
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    # as a run from before the record: it proposed every family
+    before = _with_policy(default_built[0] / "bundle", tmp_path / "before", lambda policy: policy.pop("families"))
     with pytest.raises(SpecdraftError) as excinfo:
-        Drafter.load(copy)
-    _one_line_naming(excinfo, copy / "manifest.json", "lists no ngram_rank2.arrow")
+        Drafter.load(before)
+    _one_line_naming(excinfo, before / "manifest.json", "lists no ngram_rank2.arrow")
+    broken = _with_policy(default_built[0] / "bundle", tmp_path / "broken", lambda policy: policy.update(families=5))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(broken)
+    _one_line_naming(excinfo, broken / "policy.json", "not a default policy")
 
 
 def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):

@@ -65,7 +65,7 @@ PRESET_TABLES = {
     "seed": ("ngram.arrow", "backoff.arrow", "store.arrow"),
     "default": ("ngram.arrow", "backoff.arrow", "store.arrow", "trees.arrow"),
 }
-RANK2_TABLE = "ngram_rank2.arrow"  # --preset default, where the run proposed ngram-rank2 (proposes_rank2)
+RANK2_TABLE = "ngram_rank2.arrow"  # --preset default, where the run proposed ngram-rank2 (proposed_families)
 JSON_FILES = ("config.json", "policy.json")
 
 
@@ -105,7 +105,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         lookups = {"ngram.arrow": _ngram(wh, len(store), cfg.draft_len, rank=1), "backoff.arrow": _backoff(wh, cfg)}
         tables = {"store.arrow": pa.table({"token_id": store})}
         if preset == "default":
-            if proposes_rank2(results["policy"]):
+            if "ngram-rank2" in proposed_families(results["policy"]):
                 lookups[RANK2_TABLE] = _ngram(wh, len(store), cfg.draft_len, rank=2)
             tables["trees.arrow"] = recorded_trees(wh, run_id)
     segments = {}
@@ -221,10 +221,11 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def proposes_rank2(policy: dict) -> bool:
-    """Did a --preset default run propose ngram-rank2 drafts (its features count them, so its bundle
-    drafts them too)? Runs record the families they proposed; those before the record, every one."""
-    return "ngram-rank2" in policy.get("families", families.NAMES)
+def proposed_families(policy: dict) -> tuple[str, ...]:
+    """The families whose drafts a --preset default run proposed (its features count them all, so
+    its bundle drafts them all: ngram-rank2 from RANK2_TABLE). Runs record them; those before the
+    record proposed every one."""
+    return tuple(str(name) for name in policy.get("families", families.NAMES))
 
 
 # -- load ---------------------------------------------------------------------------------------
@@ -244,6 +245,8 @@ class ConfidenceChoice:
     # each distinct draft at a position scored once, from its scorer's features
     # (confidence.scoring_rows); a bundle of a run before that scores every draft
     per_draft: bool = False
+    # the families whose drafts the run proposed (proposed_families)
+    proposed: tuple[str, ...] = families.NAMES
 
 
 @dataclass(frozen=True)
@@ -295,12 +298,14 @@ def read_bundle(root: Path) -> Bundle:
     missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:
         raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
-    rank2 = [RANK2_TABLE] if preset == "default" and proposes_rank2(_read_json(root / "policy.json")) else []
-    if rank2 and RANK2_TABLE not in manifest["files"]:
-        raise SpecdraftError(f"{root / MANIFEST}: lists no {RANK2_TABLE}, which the run's policy drafts from")
     config = RunConfig.recorded(_read_json(root / "config.json"))
-    columns = {name: _read_table(root / name) for name in (*PRESET_TABLES[preset], *rank2)}
+    columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
     policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
+    rank2 = isinstance(policy, ConfidenceChoice) and "ngram-rank2" in policy.proposed
+    if rank2:
+        if RANK2_TABLE not in manifest["files"]:
+            raise SpecdraftError(f"{root / MANIFEST}: lists no {RANK2_TABLE}, which the run's policy drafts from")
+        columns[RANK2_TABLE] = _read_table(root / RANK2_TABLE)
     segments = manifest["tables"]
 
     def lookup(name: str) -> ContextTable:
@@ -374,7 +379,7 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
             return ConfidenceChoice(choices, tuple(data["features"]), ensemble,
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
-                                    data.get("scoring") == "per-draft")
+                                    data.get("scoring") == "per-draft", proposed_families(data))
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

@@ -115,7 +115,7 @@ class Drafter:
             slot = {n: i for i, (n, _) in enumerate(self.recent_lengths)}
             self.copy_slots = [slot[n] for n, _ in self.copy_lengths]
             rank1 = {n: (offset, shift) for n, _, offset, shift in self.ngram_plan}
-            # the rank-2 continuations, where the run proposed them (bundle.proposes_rank2)
+            # the rank-2 continuations, where the run proposed them (bundle.proposed_families)
             rank2 = {} if bundle.ngram_rank2 is None else {
                 n: (offset, shift) for n, _, offset, shift in bundle.ngram_rank2.plan(self.ngram_lengths)}
             self.ngram_all_plan = [(n, power, rank1[n], rank2.get(n)) for n, power in reversed(self.ngram_lengths)
