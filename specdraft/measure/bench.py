@@ -132,6 +132,12 @@ def _side(run: dict, every: dict, decode: dict, **more) -> dict:
             "decode_step": decode["avg_accepted"], **more}
 
 
+# What varies from run to run of a side (repeated_side takes their medians); every other figure
+# must be the same in every run
+TIMINGS = ("wall_s", "results_s", "peak_rss_bytes")
+STAGE_TIMINGS = ("stages_s", "stages_peak_rss_bytes")
+
+
 def repeated_side(runs: list[dict]) -> dict:
     """One side's figures over its repeated runs (each a _side dict): the median wall time and
     peak (the mean of the middle two of an even count), every run's in wall_s_runs and
@@ -146,18 +152,17 @@ def repeated_side(runs: list[dict]) -> dict:
     """
     first = runs[0]
     for run in runs[1:]:
-        differ = [key for key in first if not key.startswith(("wall_s", "results_s", "peak_rss", "stages"))
-                  and run.get(key) != first[key]]
+        differ = [key for key in first if key not in (*TIMINGS, *STAGE_TIMINGS) and run.get(key) != first[key]]
         if differ:
             raise SpecdraftError(f"repeated runs differ in {', '.join(differ)}: {[r.get(differ[0]) for r in runs]}")
     side = dict(first)
-    for key in ("wall_s", "results_s", "peak_rss_bytes"):
+    for key in TIMINGS:
         if key not in first:
             continue
         values = [run[key] for run in runs]
         side[key] = statistics.median(values)
         side[f"{key}_runs"] = values
-    for key in ("stages_s", "stages_peak_rss_bytes"):
+    for key in STAGE_TIMINGS:
         if key in first:
             stages = {stage for run in runs for stage in run[key]}
             side[key] = {stage: statistics.median(run[key][stage] for run in runs if stage in run[key])
