@@ -8,7 +8,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdraft.tables.hashing import P1, P2, key_order, length_key_order, mod, sorted_by_key
+from specdraft.tables.hashing import (
+    P1,
+    P2,
+    POLARS_SORT_ROWS,
+    key_order,
+    length_key_order,
+    lexsort,
+    mod,
+    sorted_by_key,
+)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -39,6 +48,21 @@ def test_length_key_order_is_lexsort(rows):
     ctx_lens = np.array([ctx_len for ctx_len, _, _ in rows], dtype=np.int32)
     keys = np.array([high + low for _, high, low in rows], dtype=np.int64)
     assert np.array_equal(length_key_order(ctx_lens, keys), np.lexsort((keys, ctx_lens)))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.sampled_from([0, 5, POLARS_SORT_ROWS + 3]))
+def test_lexsort_is_numpy_lexsort(seed, rows):
+    """The keys the evaluation and the token trees sort by: positions with many rows each, scores
+    (negated: -0.0 ties 0.0), flags and packed token keys, each with ties the rows' order breaks;
+    below and above the row count polars sorts from."""
+    rng = np.random.default_rng(seed)
+    keys = (rng.integers(0, 50, rows), -rng.integers(0, 3, rows) * rng.choice([0.5, 0.0], rows), rng.random(rows) < 0.5,
+            rng.integers(0, 2**62, rows) >> rng.integers(0, 62))
+    for picked in ((0,), (1, 0), (3, 2, 1, 0), (2, 3), (0, 3, 1)):
+        chosen = [keys[i] for i in picked]
+        assert np.array_equal(lexsort(chosen), np.lexsort(chosen))
+        assert lexsort(chosen).dtype == np.int64
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

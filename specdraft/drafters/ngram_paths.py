@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from specdraft.config import NUMPY_THREADS, RunConfig
-from specdraft.tables.hashing import packed_keys, prefix_order
+from specdraft.tables.hashing import lexsort, packed_keys, prefix_order
 from specdraft.warehouse.connection import Warehouse
 
 PATH_CHOICES_SCHEMA = pa.schema([("ctx_len", pa.int32()), ("ctx_hash", pa.int64()), ("rank", pa.int64())])
@@ -108,7 +108,7 @@ def path_choices(contexts: pa.Table, tokens: np.ndarray) -> pa.Table:
     rank = contexts.column("rank").to_numpy()[order]
     # per context: the greatest supports, element by element, then the lowest rank (the supports
     # subtracted from the largest, so that packed keys sort them greatest first)
-    best = np.lexsort((rank, *packed_keys(support.max() - support), context_sorted))
+    best = lexsort((rank, *packed_keys(support.max() - support), context_sorted))
     first = best[np.r_[True, context_sorted[best][1:] != context_sorted[best][:-1]]]
     at = order[first]
     return pa.table({"ctx_len": pa.array(ctx_len[at], pa.int32()), "ctx_hash": pa.array(ctx_hash[at], pa.int64()),

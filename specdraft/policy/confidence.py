@@ -23,6 +23,7 @@ from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_trees import AcceptanceCurves
 from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
+from specdraft.tables.hashing import lexsort
 from specdraft.warehouse.connection import Warehouse, release_unused_memory
 
 NUMERIC_FEATURES = (
@@ -258,7 +259,7 @@ def scoring_rows(positions: np.ndarray, draft_keys: np.ndarray, choosable: np.nd
     rows = np.arange(len(positions))
     if not len(rows):
         return rows
-    order = np.lexsort((rows, ~choosable, draft_keys, positions))
+    order = lexsort((rows, ~choosable, draft_keys, positions))
     at, key = positions[order], draft_keys[order]
     starts = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (key[1:] != key[:-1])])
     scorers = np.empty(len(rows), dtype=np.int64)

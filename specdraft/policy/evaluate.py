@@ -33,6 +33,7 @@ from specdraft.policy.runs import rank_in_runs, run_starts
 from specdraft.policy.walks import walk_positions
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
+from specdraft.tables.hashing import lexsort
 from specdraft.warehouse.connection import Warehouse, release_unused_memory
 
 if TYPE_CHECKING:
@@ -383,11 +384,11 @@ def distinct_ranks(predicted, flat, draft_keys) -> tuple[np.ndarray, np.ndarray]
     """The distinct drafts at each position, best-scored first (ties to the earlier row; of a
     draft proposed twice, its best-scored copy), as rows by position, and each one's rank at its
     position: what top_distinct keeps the first k of. Rows are grouped by flat position."""
-    order = np.lexsort((-predicted, flat))
+    order = lexsort((-predicted, flat))
     flat_sorted, keys_sorted = flat[order], draft_keys[order]
     # drop repeats of a draft at a position (keep the best-scored copy: lexsort is stable, so a
     # draft's copies stay best first)
-    by_draft = np.lexsort((keys_sorted, flat_sorted))
+    by_draft = lexsort((keys_sorted, flat_sorted))
     repeat = np.zeros(len(order), dtype=bool)
     same = (flat_sorted[by_draft][1:] == flat_sorted[by_draft][:-1]) & (keys_sorted[by_draft][1:] == keys_sorted[by_draft][:-1])
     repeat[by_draft[1:][same]] = True
