@@ -126,29 +126,30 @@ def _walk(picks: dict[int, LengthPicks | TablePicks], lengths: list[int], width:
     for step in range(draft_len):
         end = width + step
         searching = active  # the walks no longer length has found yet (lengths go longest first)
-        hit_rows, hit_lens = [], []
+        hit_len = np.zeros(n, dtype=np.int64)  # the length each walk found this step (0: none yet)
         for ctx_len in lengths:
-            rows = searching[(known[searching] + step >= ctx_len) & (bound[searching] >= ctx_len)]
-            if not len(rows):
+            at = np.flatnonzero((known[searching] + step >= ctx_len) & (bound[searching] >= ctx_len))
+            if not len(at):
                 continue
-            found, token_id, count, total = picks[ctx_len].find(hashes.window_keys(rows, end - ctx_len, end))
-            rows = rows[found]
+            found, token_id, count, total = picks[ctx_len].find(hashes.window_keys(searching[at], end - ctx_len, end))
+            rows = searching[at[found]]
             drafts[rows, step] = token_id
             step_ctx[rows, step] = ctx_len
             step_count[rows, step] = count
             step_total[rows, step] = total
-            hit_rows.append(rows)
-            hit_lens.append(np.full(len(rows), ctx_len, dtype=np.int64))
-            searching = np.setdiff1d(searching, rows, assume_unique=True)
-        hits = np.concatenate(hit_rows) if hit_rows else np.zeros(0, dtype=np.int64)
+            hit_len[rows] = ctx_len
+            missed = np.ones(len(searching), dtype=bool)  # (a mask: setdiff1d sorted them each time)
+            missed[at[found]] = False
+            searching = searching[missed]
+        hits = np.flatnonzero(hit_len)  # in walk order, as the next step's searches go
         if not len(hits):
             break
         next_column = np.zeros(n, dtype=np.int64)
         next_column[hits] = drafts[hits, step]
         n_steps[hits] += 1
         hashes.append(next_column)
-        bound[hits] = next_step_bounds(ascending, np.concatenate(hit_lens))
-        active = np.sort(hits)
+        bound[hits] = next_step_bounds(ascending, hit_len[hits])
+        active = hits
     return drafts, step_ctx, step_count, step_total, n_steps
 
 
