@@ -54,12 +54,14 @@ def test_length_key_order_is_lexsort(rows):
 @given(seed=st.integers(0, 2**32 - 1), rows=st.sampled_from([0, 5, POLARS_SORT_ROWS + 3]))
 def test_lexsort_is_numpy_lexsort(seed, rows):
     """The keys the evaluation and the token trees sort by: positions with many rows each, scores
-    (negated: -0.0 ties 0.0), flags and packed token keys, each with ties the rows' order breaks;
+    (negated: -0.0 ties 0.0), flags, packed token keys and draft hashes (UBIGINT: uint64 above
+    2^63), each with ties the rows' order breaks;
     below and above the row count polars sorts from."""
     rng = np.random.default_rng(seed)
     keys = (rng.integers(0, 50, rows), -rng.integers(0, 3, rows) * rng.choice([0.5, 0.0], rows), rng.random(rows) < 0.5,
-            rng.integers(0, 2**62, rows) >> rng.integers(0, 62))
-    for picked in ((0,), (1, 0), (3, 2, 1, 0), (2, 3), (0, 3, 1)):
+            rng.integers(0, 2**62, rows) >> rng.integers(0, 62),
+            rng.integers(0, 2**64 - 1, rows, dtype=np.uint64, endpoint=True) >> np.uint64(rng.integers(0, 64)))
+    for picked in ((0,), (1, 0), (3, 2, 1, 0), (2, 3), (0, 3, 1), (4, 2, 0)):
         chosen = [keys[i] for i in picked]
         assert np.array_equal(lexsort(chosen), np.lexsort(chosen))
         assert lexsort(chosen).dtype == np.int64
