@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from specdraft.cli import main
 from specdraft.errors import SpecdraftError
 from specdraft.sources.synthetic import write_traces_parquet
-from specdraft.warehouse import connection
+from specdraft.warehouse import connection, snapshot
 from specdraft.warehouse.connection import DB_FILE, Warehouse, size_bytes
 from specdraft.warehouse.lock import LOCK_FILE
 from specdraft.warehouse.snapshot import SNAPSHOT_FILE
@@ -436,11 +436,15 @@ class KillSuite:
 
     def save(self, scenario: str, out_from: str | None = None) -> None:
         """The present warehouse (and output, or `out_from`'s pristine output) as `scenario`'s before."""
+        # the last command's copy for readers may outlive it (snapshot.Copy): copied while it runs,
+        # its partial file is renamed away under copytree
+        snapshot.Copy.wait_for_pending()
         pristine = self.base / "pristine" / scenario
         shutil.copytree(self.base / "wh", pristine / "wh")
         shutil.copytree(self.base / "pristine" / out_from / "out" if out_from else self.base / "out", pristine / "out")
 
     def restore(self, scenario: str) -> None:
+        snapshot.Copy.wait_for_pending()  # (a copy still running would rename its file into the restored warehouse)
         for d in ("wh", "out"):
             shutil.rmtree(self.base / d, ignore_errors=True)
             shutil.copytree(self.base / "pristine" / scenario / d, self.base / d)
