@@ -22,3 +22,14 @@ def fingerprint_cache(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("specdraft-cache")
     os.environ["SPECDRAFT_CACHE_DIR"] = str(root)
     return root
+
+
+@pytest.fixture(autouse=True)
+def no_copy_for_readers_running():
+    """Each test starts with no copy for readers running in this process: a run's last copy may
+    outlive it (snapshot.Copy), and a test that copies a fixture's warehouse (shutil.copytree)
+    would otherwise meet a partial file that is renamed away under it."""
+    from specdraft.warehouse import snapshot
+
+    snapshot.Copy.wait_for_pending()
+    yield
