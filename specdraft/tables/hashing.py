@@ -155,17 +155,17 @@ def packed_keys(values: np.ndarray) -> list[np.ndarray]:
 
 
 def key_order(keys: np.ndarray) -> np.ndarray:
-    """np.argsort(keys, kind="stable") for non-negative int64 keys, 3-4x faster where the keys
-    are spread like the context keys (sorted_by_key). On the 1.3M backoff picks of one length:
-    45 ms against 135 ms."""
+    """np.argsort(keys, kind="stable") for non-negative int64 keys, 2-3x faster where the keys
+    are spread like the context keys (sorted_by_key). On the 1.46M backoff picks of length 16,
+    shuffled: 58 ms against 137 ms (114 ms with np.sort in place of sort_values)."""
     return sorted_by_key(keys)[0]
 
 
 def sorted_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """key_order(keys), and the keys in that order. Each key's top bits and its row number are
-    packed into one int64 and sorted by value (np.sort, vectorised; an argsort moves indexes with
-    every compare). Rows whose kept top bits tie are left in row order by np.sort: where their
-    keys differ, they are then sorted by the whole key."""
+    packed into one int64 and sorted by value (sort_values; an argsort moves indexes with every
+    compare). Rows whose kept top bits tie are left in row order, their row numbers being the low
+    bits: where their keys differ, they are then sorted by the whole key."""
     n = len(keys)
     if n < 2 or keys.dtype != np.int64 or keys.min() < 0:
         order = np.argsort(keys, kind="stable")
