@@ -174,6 +174,13 @@ class Warehouse:
                 stale.unlink()
             # only publish_snapshot checkpoints, never while it copies (snapshot.py)
             self.con.execute("set checkpoint_threshold = '1000TB'")
+            # Nor does it vacuum: the warehouse deletes no rows (it replaces tables), so what a
+            # checkpoint's vacuum would do is merge the partial row groups that parallel inserts
+            # leave, compressing them again. On the development set (--preset default) that took
+            # the checkpoint after the candidates stage 0.72-0.81 s against 0.14 s, and the one
+            # after the run's record 0.31-0.38 s against 0.03 s; runs took 15.3-16.3 s against
+            # 14.8-15.5 s in process (3 alternated pairs).
+            self.con.execute("set max_vacuum_tasks = 0")
             if not snapshot.is_current(db_path):  # readers of the build to come read this state
                 self.publish_snapshot()
         if self.memory_limit:
