@@ -244,11 +244,30 @@ def test_stage_table_in_pipeline_order():
     seconds = {"total": 3.0, "calibrate": 0.5, "ingest": 1.0, "evaluate": 0.25, "candidates": 0.75,
                "ngram_tables": 0.5}
     peaks = {stage: (i + 1) * 1024**3 for i, stage in enumerate(sorted(seconds))}
-    lines = format_stages(seconds, peaks).splitlines()
+    lines = format_stages({"specdraft": (seconds, peaks)}).splitlines()
+    assert lines[0].split() == ["stage", "wall", "s", "peak", "GiB"]
     assert [line.split()[0] for line in lines[1:]] == [*STAGES, "total"]
     for line in lines[1:]:
         stage, wall, peak = line.split()
         assert float(wall) == seconds[stage] and float(peak) == peaks[stage] / 1024**3
+
+
+def test_stage_table_of_both_presets():
+    """With the peer, both presets run: each stage's line holds the seed preset's wall time and
+    peak, then the default preset's, '-' where a preset has no such stage (the seed's calibrate is
+    instant, but say it were missing) or no peak."""
+    seed = ({"ingest": 1.0, "ngram_tables": 4.5, "candidates": 2.25, "evaluate": 0.5, "total": 8.75},
+            {"ingest": 0.5 * 1024**3, "total": 0.75 * 1024**3})
+    default = ({"ingest": 1.25, "ngram_tables": 4.75, "candidates": 5.5, "calibrate": 2.0, "evaluate": 2.25,
+                "total": 16.0}, {"candidates": 1024**3, "total": 1024**3})
+    lines = format_stages({"seed": seed, "default": default}).splitlines()
+    assert lines[0].split() == ["stage", "seed", "wall", "s", "seed", "peak", "GiB",
+                                "default", "wall", "s", "default", "peak", "GiB"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert list(rows) == [*STAGES, "total"]
+    assert rows["calibrate"] == ["-", "-", "2.00", "-"]
+    assert rows["candidates"] == ["2.25", "-", "5.50", "1.00"]
+    assert rows["total"] == ["8.75", "0.75", "16.00", "1.00"]
 
 
 @pytest.mark.skipif(not DEFAULT_REFERENCE.exists(), reason="needs ../shared/tools/reference_metrics.py")
@@ -360,3 +379,21 @@ def test_a_peer_directory_without_the_build_is_named(tmp_path):
     assert result.exit_code != 0
     assert f"{tmp_path / 'venv' / 'bin' / 'python'}: not found" in result.output
     assert "build_peer.sh" in result.output
+
+
+def test_comparison_with_the_peer_tables_both_presets_stages():
+    """format_bench with the peer: the stage table has the seed and default presets' columns,
+    each from its own side (the default preset's stages are not the seed's)."""
+    from specdraft.measure.bench import format_bench
+
+    seed = _side(9.0, 0.9, stages_peak_rss_bytes={"ingest": 0.5 * 1024**3})
+    default = _side(16.0, 1.0, stages_peak_rss_bytes={"ingest": 0.75 * 1024**3})
+    result = {"data": "d.parquet", "flags": {"train_limit": 5}, "repeat": 1, "reference": _side(170.0, 12.0),
+              "specdraft": seed, "specdraft_default": default, "peer": _side(18.0, 1.04, config="d96_f16_p0"),
+              "speedup": 170 / 9, "memory_ratio": 0.9 / 12, "parity": {"selected": True}}
+    lines = format_bench(result).splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("stage")):]
+    assert table[0].split()[1] == "seed" and table[0].split()[7] == "default"
+    rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
+    assert rows["ingest"] == ["4.50", "0.50", "8.00", "0.75"]
+    assert rows["total"] == ["9.00", "-", "16.00", "-"]

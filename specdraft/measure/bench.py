@@ -192,7 +192,8 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
             default_run, default = run_specdraft(data, seed_flags, memory_limit, preset="default")
             peer_run, suffix = run_peer(data, seed_flags, peer)
             sides["specdraft_default"].append(_side(default_run, default["selected"], default["decode_step"],
-                                                    stages_s=default["timings_s"]))
+                                                    stages_s=default["timings_s"],
+                                                    stages_peak_rss_bytes=default.get("peak_rss_bytes_by_stage", {})))
             sides["peer"].append(_side(peer_run, suffix["every_position"], suffix["decode_step"], config=PEER_CONFIG))
     result = {"data": str(data), "flags": seed_flags, "repeat": repeat}
     result.update((name, repeated_side(runs)) for name, runs in sides.items() if runs)
@@ -222,12 +223,22 @@ def _stage_order(stages) -> list[str]:
     return [s for s in known if s in stages] + rest + (["total"] if "total" in stages else [])
 
 
-def format_stages(seconds: dict, peaks: dict) -> str:
-    """One line per stage: wall seconds and peak resident memory during it."""
-    lines = [f"{'stage':16}{'wall s':>10}{'peak GiB':>10}"]
-    for stage in _stage_order(seconds):
-        peak = f"{peaks[stage] / GIB:10.2f}" if stage in peaks else f"{'-':>10}"
-        lines.append(f"{stage:16}{seconds[stage]:10.2f}{peak}")
+def format_stages(columns: dict[str, tuple[dict, dict]]) -> str:
+    """One line per stage: for each column (a run's name -> its stage seconds and peaks), the
+    wall seconds and peak resident memory during the stage ('-' where that run has no figure).
+    One column is headed by its figures' names alone, several by the run's name too."""
+    named = len(columns) > 1
+    width = max(len(name) for name in columns) + len(" peak GiB") + 1 if named else 10
+    header = f"{'stage':16}"
+    for name in columns:
+        header += "".join(f"{(f'{name} ' if named else '') + what:>{width}}" for what in ("wall s", "peak GiB"))
+    lines = [header]
+    for stage in _stage_order({stage for seconds, _ in columns.values() for stage in seconds}):
+        row = f"{stage:16}"
+        for seconds, peaks in columns.values():
+            row += f"{f'{seconds[stage]:.2f}' if stage in seconds else '-':>{width}}"
+            row += f"{f'{peaks[stage] / GIB:.2f}' if stage in peaks else '-':>{width}}"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -264,7 +275,8 @@ def format_bench(result: dict) -> str:
         "",
         "specdraft by stage (total: in-process, without interpreter start)"
         + (f", the median of {repeat} runs:" if repeat > 1 else ":"),
-        format_stages(ours["stages_s"], ours.get("stages_peak_rss_bytes", {})),
+        format_stages({name.removeprefix("specdraft "): (side["stages_s"], side.get("stages_peak_rss_bytes", {}))
+                       for name, side in (presets if "peer" in result else [("specdraft", ours)])}),
     ]
     return "\n".join(lines)
 
