@@ -132,6 +132,11 @@ def _side(run: dict, every: dict, decode: dict, **more) -> dict:
             "decode_step": decode["avg_accepted"], **more}
 
 
+def _stage_figures(results: dict) -> dict:
+    """A run's stage seconds and peaks (STAGE_TIMINGS) from its results.json."""
+    return {"stages_s": results["timings_s"], "stages_peak_rss_bytes": results.get("peak_rss_bytes_by_stage", {})}
+
+
 # What varies from run to run of a side (repeated_side takes their medians); every other figure
 # must be the same in every run
 TIMINGS = ("wall_s", "results_s", "peak_rss_bytes")
@@ -186,14 +191,12 @@ def run_bench(data: Path, seed_flags: dict, reference: Path, memory_limit: str |
             say(f"bench: round {round_} of {repeat}")
         ours_run, ours = run_specdraft(data, seed_flags, memory_limit)
         seed_results.append(ours)
-        sides["specdraft"].append(_side(ours_run, ours["selected"], ours["decode_step"], stages_s=ours["timings_s"],
-                                        stages_peak_rss_bytes=ours.get("peak_rss_bytes_by_stage", {})))
+        sides["specdraft"].append(_side(ours_run, ours["selected"], ours["decode_step"], **_stage_figures(ours)))
         if peer is not None:
             default_run, default = run_specdraft(data, seed_flags, memory_limit, preset="default")
             peer_run, suffix = run_peer(data, seed_flags, peer)
             sides["specdraft_default"].append(_side(default_run, default["selected"], default["decode_step"],
-                                                    stages_s=default["timings_s"],
-                                                    stages_peak_rss_bytes=default.get("peak_rss_bytes_by_stage", {})))
+                                                    **_stage_figures(default)))
             sides["peer"].append(_side(peer_run, suffix["every_position"], suffix["decode_step"], config=PEER_CONFIG))
     result = {"data": str(data), "flags": seed_flags, "repeat": repeat}
     result.update((name, repeated_side(runs)) for name, runs in sides.items() if runs)
@@ -244,7 +247,8 @@ def format_stages(columns: dict[str, tuple[dict, dict]]) -> str:
 
 def format_bench(result: dict) -> str:
     ref, ours = result["reference"], result["specdraft"]
-    rows = [("reference", ref), ("specdraft", ours)]
+    presets = [("specdraft", ours)]
+    rows = [("reference", ref), *presets]
     if "peer" in result:
         presets = [("specdraft seed", ours), ("specdraft default", result["specdraft_default"])]
         rows = [("reference", ref), *presets, (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
@@ -276,7 +280,7 @@ def format_bench(result: dict) -> str:
         "specdraft by stage (total: in-process, without interpreter start)"
         + (f", the median of {repeat} runs:" if repeat > 1 else ":"),
         format_stages({name.removeprefix("specdraft "): (side["stages_s"], side.get("stages_peak_rss_bytes", {}))
-                       for name, side in (presets if "peer" in result else [("specdraft", ours)])}),
+                       for name, side in presets}),
     ]
     return "\n".join(lines)
 
@@ -350,8 +354,7 @@ def cost_curve(data: Path, base_rows: int, scales: tuple[int, ...], flags: dict,
             "wall_s": wall,
             "peak_rss_bytes": int(run["peak_rss_bytes"]),
             "seconds_per_million_positions": wall / positions * 1e6 if positions else None,
-            "stages_s": results["timings_s"],
-            "stages_peak_rss_bytes": results.get("peak_rss_bytes_by_stage", {}),
+            **_stage_figures(results),
         })
         if len(points) > 1 and positions == points[-2]["positions"]:
             say(f"{scale}x indexes no more positions than the scale before it "
