@@ -193,3 +193,45 @@ def test_train_keys_too_large_for_the_budget_are_built_a_chunk_at_a_time(tmp_pat
     assert 1 < len(built) < traces + 1  # several chunks, none empty
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
+
+
+def stored_compressions(wh, table):
+    """Each column's compressions in the table's row groups (after a checkpoint has written them)."""
+    wh.run_text("checkpoint")
+    return {column: set(kinds.split(",")) for column, kinds in wh.run_text(
+        "select column_name, string_agg(distinct compression, ',') from pragma_storage_info(?) "
+        "where segment_type <> 'VALIDITY' group by column_name", [table]).fetchall()}
+
+
+def test_backoff_picks_are_stored_as_set(tmp_path):
+    """backoff_top_tokens' keys and token ids are stored uncompressed, counts and totals run-length
+    encoded (backoff_picks.STORED_COMPRESSION), not as DuckDB would choose: its keys and counts
+    took it twice as long to write. (A segment whose values are all equal is stored as a constant
+    whatever the column's setting.)"""
+    cfg = RunConfig(draft_len=3, context_lengths=(1, 2, 3), backoff_context_lengths=(1, 2, 4),
+                    backoff_min_context_len=1, max_completion_tokens=7)
+    traces = HAND_MADE + [("train", [9], list(range(100, 1100)))]  # keys enough for more than one value
+    wh = build(tmp_path, traces, cfg)
+    stored = stored_compressions(wh, "backoff_top_tokens")
+    assert stored["ctx_hash"] == {"Uncompressed"}
+    assert stored["token_id"] <= {"Uncompressed", "Constant"}
+    assert stored["count"] <= {"RLE", "Constant"} and stored["total"] <= {"RLE", "Constant"}
+    check_backoff(wh, traces, cfg)  # and the rows are the same
+
+
+def test_store_sets_a_columns_compression(tmp_path):
+    import pyarrow as pa
+
+    from specdraft.errors import SpecdraftError
+
+    wh = Warehouse(tmp_path / "wh")
+    rows = pa.table({"key": pa.array(range(0, 10**6 * 7919, 7919), pa.int64()), "n": pa.array([1] * 10**6, pa.int64())})
+    wh.store("kept", rows, compression={"key": "uncompressed"})
+    wh.store("kept", rows.slice(0, 10), append=True)
+    assert stored_compressions(wh, "kept")["key"] == {"Uncompressed"}
+    assert stored_compressions(wh, "kept")["n"] != {"Uncompressed"}
+    assert wh.run_text("select count(*), sum(key) from kept").fetchall() == [(10**6 + 10, sum(range(0, 10**6 * 7919, 7919)) + sum(range(0, 10 * 7919, 7919)))]
+    wh.store("chosen", rows)  # DuckDB's own choice: evenly spaced keys bitpack
+    assert stored_compressions(wh, "chosen")["key"] != {"Uncompressed"}
+    with pytest.raises(SpecdraftError, match="no column nope"):
+        wh.store("other", rows, compression={"nope": "rle"})

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from specdraft.config import RunConfig
 from specdraft.progress import progress
-from specdraft.tables.backoff_picks import BYTES_PER_PICK, PicksAhead
+from specdraft.tables.backoff_picks import BYTES_PER_PICK, STORED_COMPRESSION, PicksAhead
 from specdraft.tables.hashing import hash_params, inverse_params, power_params
 from specdraft.tables.train_keys import TrainKeys, store_position_keys
 from specdraft.warehouse.connection import Warehouse, trim_malloc_heap
@@ -204,7 +204,7 @@ def build_per_length(wh: TableBuilder, tables: list[tuple[str, tuple[int, ...], 
                         continue
                     if name == BACKOFF_TABLE and numpy_lengths:
                         rows = backoff_picks.take(ctx_len).as_table(ctx_len)
-                        wh.store("backoff_top_tokens", rows, append=name in started)
+                        wh.store("backoff_top_tokens", rows, append=name in started, compression=STORED_COMPRESSION)
                         del rows
                         trim_malloc_heap()  # the picks' freed temporaries, kept by their thread's heap
                     else:

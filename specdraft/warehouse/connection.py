@@ -542,17 +542,36 @@ class Warehouse:
         literal = str(path).replace("'", "''")
         self.con.execute(f"create or replace temp view {quote_identifier(table)} as select * from read_parquet('{literal}')")
 
-    def store(self, table: str, data: Any, append: bool = False) -> None:
+    def store(self, table: str, data: Any, append: bool = False, compression: dict[str, str] | None = None) -> None:
         """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
-        as a table, or append its rows."""
+        as a table, or append its rows. compression: how a new table stores some of its columns
+        (DuckDB's names: "uncompressed", "rle", ...), where its search for the best one would cost
+        more time than the room it saves (random hashes); the others it chooses as usual."""
         target = quote_identifier(table)
         # scanned, not registered: a registered table stays in memory until the transaction ends
         if append and self.has_table(table):
+            statement = f"insert into {target} by name select * from _specdraft_arrow"
+        elif compression:
+            self._create_like(target, data, compression)
             statement = f"insert into {target} by name select * from _specdraft_arrow"
         else:
             statement = f"create or replace table {target} as select * from _specdraft_arrow"
         self._execute_scanning(statement, None, {"_specdraft_arrow": data})
         self._statement_done()
+
+    def _create_like(self, target: str, data: Any, compression: dict[str, str]) -> None:
+        """An empty table `target` (replacing one of that name) with the columns of the Arrow table
+        `data`, each named in `compression` stored with that compression."""
+        described = self._execute_scanning("describe select * from _specdraft_arrow", None,
+                                           {"_specdraft_arrow": data.slice(0, 0)})
+        columns = [(name, kind) for name, kind, *_ in described]
+        unknown = set(compression) - {name for name, _ in columns}
+        if unknown:
+            raise SpecdraftError(f"{target}: no column {', '.join(sorted(unknown))} to set a compression for")
+        self.con.execute(f"create or replace table {target} (" + ", ".join(
+            f"{quote_identifier(name)} {kind}"
+            + (f" using compression {compression[name]}" if name in compression else "")
+            for name, kind in columns) + ")")
 
     def load_parquet(self, table: str, files: str) -> None:
         """Replace `table` with the rows of Parquet files (a path or glob) written by another
