@@ -58,3 +58,11 @@ def write_text_traces(path: Path, rows: list[tuple[str, str, str]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path
+
+
+def stored_compressions(wh, table):
+    """Each column's compressions in the table's row groups (after a checkpoint has written them)."""
+    wh.run_text("checkpoint")
+    return {column: set(kinds.split(",")) for column, kinds in wh.run_text(
+        "select column_name, string_agg(distinct compression, ',') from pragma_storage_info(?) "
+        "where segment_type <> 'VALIDITY' group by column_name", [table]).fetchall()}

@@ -20,7 +20,7 @@ from specdraft.policy import confidence, evaluate, policy_for
 from specdraft.sources.synthetic import generate_traces
 
 from .conftest import FIXTURES
-from .helpers import write_text_traces
+from .helpers import stored_compressions, write_text_traces
 
 CFG = RunConfig(max_completion_tokens=400, max_index_positions=0, backoff_max_index_positions=0)
 # with the online scenario's source too: drafts from eval traces served earlier
@@ -201,6 +201,19 @@ def test_features_do_not_read_the_label(tmp_path):
     assert labels != scrambled_labels
     for before, after in zip(inputs, scrambled_inputs):
         assert len(before) > 1000 and np.array_equal(before, after)
+
+
+def test_candidates_store_their_drafts_uncompressed(tmp_path):
+    """The drafts' tokens are stored as they are (candidates.CANDIDATES_COMPRESSION), which the
+    candidates statement writes faster than DuckDB's bitpacking; the other columns as DuckDB chooses."""
+    from specdraft.warehouse.connection import Warehouse
+
+    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
+    run_until("candidates", cfg, RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet")))
+    with Warehouse(tmp_path, dataset="parity_traces") as wh:
+        stored = stored_compressions(wh, "candidates")
+    assert stored["draft"] <= {"Uncompressed", "Constant"} and "Uncompressed" in stored["draft"]
+    assert stored["pos"] != {"Uncompressed"}
 
 
 def test_ngram_drafts_are_real_train_continuations(tmp_path):

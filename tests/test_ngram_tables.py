@@ -15,7 +15,7 @@ from specdraft.tables.ngrams import build_ngram_tables, index_counters
 from specdraft.warehouse.connection import Warehouse
 
 from . import oracle
-from .helpers import write_token_traces
+from .helpers import stored_compressions, write_token_traces
 
 # Tiny, hand-countable: an empty completion, a one-token trace, repeated tokens, traces shorter
 # than the contexts, and an eval trace.
@@ -193,14 +193,6 @@ def test_train_keys_too_large_for_the_budget_are_built_a_chunk_at_a_time(tmp_pat
     assert 1 < len(built) < traces + 1  # several chunks, none empty
     check_exact(wh, HAND_MADE, cfg)
     check_backoff(wh, HAND_MADE, cfg)
-
-
-def stored_compressions(wh, table):
-    """Each column's compressions in the table's row groups (after a checkpoint has written them)."""
-    wh.run_text("checkpoint")
-    return {column: set(kinds.split(",")) for column, kinds in wh.run_text(
-        "select column_name, string_agg(distinct compression, ',') from pragma_storage_info(?) "
-        "where segment_type <> 'VALIDITY' group by column_name", [table]).fetchall()}
 
 
 def test_backoff_picks_are_stored_as_set(tmp_path):

@@ -422,6 +422,7 @@ class Warehouse:
         schema: str | None = None,
         persistent_view: bool = False,
         into: str | None = None,
+        compression: dict[str, str] | None = None,
     ) -> None:
         """Run `sql/<name>.sql` into its `out` table: replace it, or append rows.
 
@@ -429,7 +430,10 @@ class Warehouse:
         the warehouse file. view=True makes a temporary view, and with persistent_view=True one
         kept in the warehouse: its parameters are written into it as literals. into= writes to
         another table of the same grain instead of `out` (an incremental update's delta).
+        compression: how a new table stores some of its columns (see store).
         """
+        if compression and (view or persistent_view):
+            raise SpecdraftError(f"{name}: a view stores nothing to compress")
         sql_file = load_sql(name).expanded(params or {})
         if (view or persistent_view) and params:
             sql_file, params = sql_file.with_values(params), {}
@@ -437,6 +441,10 @@ class Warehouse:
         if schema:
             target = f"{quote_identifier(schema)}.{target}"
         if append:
+            statement = f"insert into {target} by name\n{sql_file.text}"
+        elif compression:
+            columns = self._execute(sql_file, f"describe\n{sql_file.text}", params or {})
+            self._create_with(target, columns, compression, temp=temp)
             statement = f"insert into {target} by name\n{sql_file.text}"
         else:
             kind = "view" if persistent_view else "temp view" if view else "temp table" if temp else "table"
@@ -552,26 +560,25 @@ class Warehouse:
         if append and self.has_table(table):
             statement = f"insert into {target} by name select * from _specdraft_arrow"
         elif compression:
-            self._create_like(target, data, compression)
+            columns = self._execute_scanning("describe select * from _specdraft_arrow", None,
+                                             {"_specdraft_arrow": data.slice(0, 0)})
+            self._create_with(target, columns, compression)
             statement = f"insert into {target} by name select * from _specdraft_arrow"
         else:
             statement = f"create or replace table {target} as select * from _specdraft_arrow"
         self._execute_scanning(statement, None, {"_specdraft_arrow": data})
         self._statement_done()
 
-    def _create_like(self, target: str, data: Any, compression: dict[str, str]) -> None:
-        """An empty table `target` (replacing one of that name) with the columns of the Arrow table
-        `data`, each named in `compression` stored with that compression."""
-        described = self._execute_scanning("describe select * from _specdraft_arrow", None,
-                                           {"_specdraft_arrow": data.slice(0, 0)})
-        columns = [(name, kind) for name, kind, *_ in described]
-        unknown = set(compression) - {name for name, _ in columns}
+    def _create_with(self, target: str, columns: list[tuple], compression: dict[str, str], temp: bool = False) -> None:
+        """An empty table `target` (replacing one of that name) with `columns` (DESCRIBE's rows:
+        name, type, ...), each named in `compression` stored with that compression."""
+        unknown = set(compression) - {name for name, *_ in columns}
         if unknown:
             raise SpecdraftError(f"{target}: no column {', '.join(sorted(unknown))} to set a compression for")
-        self.con.execute(f"create or replace table {target} (" + ", ".join(
+        self.con.execute(f"create or replace {'temp table' if temp else 'table'} {target} (" + ", ".join(
             f"{quote_identifier(name)} {kind}"
             + (f" using compression {compression[name]}" if name in compression else "")
-            for name, kind in columns) + ")")
+            for name, kind, *_ in columns) + ")")
 
     def load_parquet(self, table: str, files: str) -> None:
         """Replace `table` with the rows of Parquet files (a path or glob) written by another
