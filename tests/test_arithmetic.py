@@ -106,6 +106,31 @@ def test_the_tail_is_the_last_tokens_only(qwen):
     assert drafter.propose(tokens, len(tokens)) is None
 
 
+def test_drafts_at_many_positions_are_those_of_each_position(qwen):
+    """propose_at (the candidates stage's, in numpy over one trace) drafts exactly where and what
+    propose (the live drafter's, one position) does: at every position of texts with calculations
+    near and beyond the tail, annotations, LaTeX and characters split across tokens."""
+    texts = [
+        "He buys 22 x 5 = <<22*5=110>>110 tomatoes, and 0.5 * 3 = 1.5 kg of rice.\n",
+        "5 + 5 =" + " and" * TAIL_TOKENS + " 7 * 6 = 4",
+        "So \\(3 \\times 4 = 12\\) and $2^3 = 8$, ÷ then 9 ÷ 3 = 3 — 日本語 2 + 2 = <<2+2=4>>4 ✓ 10 / 4 = 2.",
+        "",
+        "=<<" * 30,
+        # a 16-digit result being written: its "=" is MARK_TOKENS back at its last digits
+        "So 99999999 * 99999999 = 9999999800000001, and 12345678 * 87654321 = 1082152022374638.",
+        # a sum longer than the tail: how much of it the tail holds changes the result
+        "Total: " + " + ".join(["1"] * 30) + " = 30, so " + "+".join(["2"] * 25) + "=50.",
+    ]
+    drafter = Arithmetic(qwen, draft_len=16)
+    for text in texts:
+        tokens = qwen.encode(text)
+        every = list(range(len(tokens) + 1))
+        each = [(known, drafter.propose(tokens, known)) for known in every]
+        assert drafter.propose_at(tokens, every) == [(known, draft) for known, draft in each if draft is not None]
+        assert drafter.propose_at(tokens, every[::3]) == [(k, d) for k, d in each[::3] if d is not None]
+    assert any(drafter.propose_at(qwen.encode(text), list(range(60))) for text in texts)
+
+
 GSM8K_STYLE = (
     "Ricardo can get 22 x 5 = <<22*5=110>>110 tomatoes.\nHe can get 4 x 8 = <<4*8=32>>32 eggplants.\n"
     "So he gets 110 + 32 = <<110+32=142>>142 fruits, and \\(142 - 42 = 100\\) are left.\n#### 100"

@@ -42,6 +42,8 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
+import numpy as np
+
 from specdraft.sources.tokenizer import Tokenizer
 
 TAIL_TOKENS = 40  # the text the rule reads: the last this many tokens
@@ -213,6 +215,38 @@ class Arithmetic:
 
     def _encode_text(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text)[: self.draft_len])
+
+    def propose_at(self, tokens: list[int], positions: list[int]) -> list[tuple[int, tuple[int, ...]]]:
+        """(position, draft) wherever propose(tokens, position) drafts, for many positions of one
+        trace: the same drafts, with the marks looked for in numpy and each tail sliced from the
+        trace's bytes, made once, rather than joined from its tokens'. The candidates stage drafts
+        every query position so; Python token by token took 0.38-0.58 s of the development set's
+        stage, on the thread beside the others', whose GIL it held."""
+        if not len(positions):
+            return []
+        ids = np.asarray(tokens, dtype=np.int64)
+        distinct, at = np.unique(ids, return_inverse=True)
+        pieces = [self._piece(int(token)) for token in distinct]
+        marked = np.fromiter(map(self._marked, distinct.tolist()), dtype=bool, count=len(distinct))[at]
+        marks_before = np.r_[0, np.cumsum(marked)]  # marks among tokens[:k]
+        known = np.asarray(positions, dtype=np.int64)
+
+        def before(back: int) -> np.ndarray:  # where tokens[k - back:k] starts (as slicing: in 0..len)
+            return np.minimum(np.maximum(known - back, 0), len(ids))
+
+        looking = marks_before[before(0)] > marks_before[before(MARK_TOKENS)]
+        if not looking.any():
+            return []
+        text = b"".join([pieces[i] for i in at.tolist()])
+        offsets = np.r_[0, np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))[at])]
+        starts = offsets[before(TAIL_TOKENS)[looking]].tolist()
+        ends = offsets[before(0)[looking]].tolist()
+        drafts = []
+        for k, start, end in zip(known[looking].tolist(), starts, ends):
+            draft = draft_text(text[start:end].decode("utf-8", errors="replace"))
+            if draft:
+                drafts.append((k, self._encode(draft)))
+        return drafts
 
     def propose(self, tokens: list[int], known: int) -> tuple[int, ...] | None:
         """The draft after tokens[:known], or None: draft_text of the last TAIL_TOKENS tokens' text,

@@ -84,10 +84,8 @@ def arithmetic_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunCon
         return _drafts_table("arithmetic", rows)
     drafter = Arithmetic(tokenizer, cfg.draft_len)
     for trace_id, _split, prompt_len, tokens, _prompt, completion_positions in traces:
-        for cpos in completion_positions:
-            draft = drafter.propose(tokens, prompt_len + cpos)
-            if draft is not None:
-                rows.append((trace_id, prompt_len + cpos, draft, 0.0))
+        for pos, draft in drafter.propose_at(tokens, [prompt_len + cpos for cpos in completion_positions]):
+            rows.append((trace_id, pos, draft, 0.0))
     return _drafts_table("arithmetic", rows)
 
 
