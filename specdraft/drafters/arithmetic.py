@@ -226,7 +226,6 @@ class Arithmetic:
             return []
         ids = np.asarray(tokens, dtype=np.int64)
         distinct, at = np.unique(ids, return_inverse=True)
-        pieces = [self._piece(int(token)) for token in distinct]
         marked = np.fromiter(map(self._marked, distinct.tolist()), dtype=bool, count=len(distinct))[at]
         marks_before = np.r_[0, np.cumsum(marked)]  # marks among tokens[:k]
         known = np.asarray(positions, dtype=np.int64)
@@ -237,6 +236,7 @@ class Arithmetic:
         looking = marks_before[before(0)] > marks_before[before(MARK_TOKENS)]
         if not looking.any():
             return []
+        pieces = [self._piece(int(token)) for token in distinct]
         text = b"".join([pieces[i] for i in at.tolist()])
         offsets = np.r_[0, np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))[at])]
         starts = offsets[before(TAIL_TOKENS)[looking]].tolist()
