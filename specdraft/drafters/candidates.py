@@ -42,8 +42,9 @@ FEATURE_PARTS = 2  # runs of traces candidate_features is built in (query_trace_
 VIEWED_SOURCES = (("recent_copy_candidates", "recent-copy", {}),
                   ("ngram_all_candidates", "ngram-all", {"rank2": "ngram-rank2"}))
 # The drafts' tokens are stored as they are (Warehouse.materialize's compression): DuckDB bitpacked
-# them to about half, and the candidates statement took 1.68-1.89 s against 1.77-2.26 s on the
-# development set (3 alternated runs each), the warehouse file 377 MB against 333 MB.
+# them to about half. On one development-set warehouse the candidates statement took 1.94 s against
+# 2.16 s (--preset default) and 0.85 s against 0.94 s (--preset seed), medians of 6 alternated
+# runs; in whole runs 1.68-1.89 s against 1.77-2.26 s; the warehouse file 377 MB against 333 MB.
 CANDIDATES_COMPRESSION = {"draft": "uncompressed"}
 # The room copy_candidates and ngram_candidates need as views (_sources_as_views): 136MB for the
 # tests' parity fixture (2,126 query positions), which with views failed at DuckDB limits of 35MB
