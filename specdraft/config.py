@@ -15,6 +15,16 @@ SEED_BACKOFF_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48)
 SEED_COPY_CONTEXT_LENGTHS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 MAX_CONTEXT_LEN = 1024
 PRESETS = ("default", "seed")
+# --max-continuations-per-context by preset. The seed keeps 8 and drafts the most frequent (which
+# any number kept leaves the same). --preset default drafts the continuation on its context's most
+# supported path (drafters/ngram_paths.py), whose supports are summed over the continuations kept:
+# most of a short context's are seen once, and the more of them, the closer the supports come to
+# the context's whole. On the development set (the seed's other flags; every
+# position / decode step / tree_b16): 8 kept 2.4435 / 0.9935 / 2.668, 32 2.4502 / 1.0064 /
+# 2.678, 64 2.4530 / 1.0111 / 2.682, 256 2.4557 / 1.0140 / 2.690; keeping only the 8 most
+# frequent and those seen twice or more of 64, 2.447 / 1.002. 64 costs the twelve rankings
+# (exact_continuations) 0.8-0.9 s more than 8 there, and the choice 0.1-0.3 s.
+PRESET_CONTINUATIONS = {"seed": 8, "default": 64}
 NGRAM_CONTEXTS = ("queried", "all")
 # Threads for the numpy work that runs on one core otherwise (the backoff walk, the n-gram's paths,
 # the token trees): numpy lets go of the GIL in its array work, so two make use of a 2-core
@@ -66,7 +76,9 @@ class RunConfig:
         4_000_000, "Train positions indexed in the n-gram table, in train order (0 = all).")
     backoff_max_index_positions: int = setting(
         4_000_000, "Train positions indexed in the backoff table, in train order (0 = all).")
-    max_continuations_per_context: int = setting(8, "Continuations kept per context in the n-gram table.")
+    max_continuations_per_context: int = setting(
+        0, "Continuations kept per context in the n-gram table (0: the preset's, 8 under --preset seed as "
+           "in the seed, 64 under --preset default, whose n-gram chooses by their support).")
     keep_counts: bool = setting(
         False,
         "Also keep the full count tables (exact_continuation_counts, backoff_next_tokens), so that "
@@ -110,6 +122,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name in ("context_lengths", "backoff_context_lengths", "copy_context_lengths"):
             object.__setattr__(self, name, parse_lengths(getattr(self, name)))
+        if self.max_continuations_per_context == 0 and self.preset in PRESETS:
+            object.__setattr__(self, "max_continuations_per_context", PRESET_CONTINUATIONS[self.preset])
         self.validate()
 
     def validate(self) -> None:
@@ -136,7 +150,7 @@ class RunConfig:
             if getattr(self, name) < 0:
                 raise SpecdraftError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.max_continuations_per_context < 1:
-            raise SpecdraftError("--max-continuations-per-context must be >= 1")
+            raise SpecdraftError("--max-continuations-per-context must be >= 1 (or 0: the preset's)")
         if self.policy_prior_strength < 0:
             raise SpecdraftError("--policy-prior-strength must be >= 0")
         if not 0 <= self.verify_cost <= 10:

@@ -873,7 +873,7 @@ def test_a_million_token_trace(tmp_path):
     (["--context-lengths", "0,4"], "--context-lengths"),
     (["--backoff-context-lengths", "5000"], "--backoff-context-lengths"),
     (["--eval-limit", "-2"], "--eval-limit"),
-    (["--max-continuations-per-context", "0"], "--max-continuations-per-context"),
+    (["--max-continuations-per-context", "-1"], "--max-continuations-per-context"),
 ])
 def test_flags_out_of_range_are_one_line(tmp_path, flags, named):
     result = cli("run", *flags, "--data", DATA, "--warehouse", str(tmp_path))
