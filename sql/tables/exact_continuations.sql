@@ -17,8 +17,9 @@
 with top as (
     select
         ctx_hash,
-        -- the top_k, highest count first, then first seen (first_seen < 2^32)
-        max(count * 4294967296 - first_seen, $top_k) as keys,
+        -- the top_k, highest count first, then first seen (first_seen < 2^32); the keys as a
+        -- max_by of themselves, which Spark's build writes as its top-k (tables/spark.py)
+        max_by(count * 4294967296 - first_seen, count * 4294967296 - first_seen, $top_k) as keys,
         max_by(continuation_hash, count * 4294967296 - first_seen, $top_k) as continuation_hashes,
         max_by(src, count * 4294967296 - first_seen, $top_k) as srcs
     from length_continuations
@@ -27,7 +28,7 @@ with top as (
 ranked as (
     select
         ctx_hash,
-        unnest(generate_series(1, len(keys))) as rank,
+        unnest(generate_series(1, array_length(keys))) as rank,
         unnest(keys) as key,
         unnest(continuation_hashes) as continuation_hash,
         unnest(srcs) as src
