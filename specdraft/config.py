@@ -23,7 +23,8 @@ PRESETS = ("default", "seed")
 # position / decode step / tree_b16): 8 kept 2.4435 / 0.9935 / 2.668, 32 2.4502 / 1.0064 /
 # 2.678, 64 2.4530 / 1.0111 / 2.682, 256 2.4557 / 1.0140 / 2.690; keeping only the 8 most
 # frequent and those seen twice or more of 64, 2.447 / 1.002. 64 costs the twelve rankings
-# (exact_continuations) 0.8-0.9 s more than 8 there, and the choice 0.1-0.3 s.
+# (exact_continuations: their top-k aggregates, 3 alternated runs on one build) 0.82-0.90 s against
+# 0.50-0.59 s for 8 there, and the choice (ngram_paths.py) 0.1-0.3 s more.
 PRESET_CONTINUATIONS = {"seed": 8, "default": 64}
 NGRAM_CONTEXTS = ("queried", "all")
 # Threads for the numpy work that runs on one core otherwise (the backoff walk, the n-gram's paths,
