@@ -73,8 +73,9 @@ class TokenStore:
         traces = wh.query("drafters/train_tokens").to_arrow_table()
         tokens = traces.column("tokens").combine_chunks()
         offsets = tokens.offsets.to_numpy().astype(np.int64)
+        # the token ids as Arrow holds them (int32): 200,000 synthetic traces have 52M
         return cls(traces.column("trace_id").to_numpy().astype(np.int64), offsets[:-1] - offsets[0],
-                   np.diff(offsets), tokens.flatten().to_numpy(zero_copy_only=False).astype(np.int64))
+                   np.diff(offsets), tokens.flatten().to_numpy(zero_copy_only=False))
 
     def continuations(self, trace_ids: np.ndarray, positions: np.ndarray, length: int) -> Continuations:
         """The continuations from each (trace, position) on, up to `length` tokens, read a depth
