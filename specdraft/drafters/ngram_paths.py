@@ -119,8 +119,8 @@ def path_choices(contexts: pa.Table, tokens: np.ndarray | Continuations) -> pa.T
     so far may differ in an earlier token: a support is of rows sharing every token so far). A
     context with one row left has chosen it; rows tied to the end leave the most frequent (the
     lowest rank, the first). Only the rows still compared have their tokens read: on the
-    development set's 444,834 ranked continuations 0.1 s, where sorting every row by all its
-    tokens took 0.64 s (and gathering them 0.17 s)."""
+    development set's 444,834 ranked continuations (8 a context), 0.2 s on one thread, where
+    sorting every row by all its tokens took 0.64 s (and gathering them 0.17 s)."""
     if isinstance(tokens, np.ndarray):
         tokens = Continuations.of_matrix(tokens)
     n = contexts.num_rows
