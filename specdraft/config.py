@@ -123,7 +123,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name in ("context_lengths", "backoff_context_lengths", "copy_context_lengths"):
             object.__setattr__(self, name, parse_lengths(getattr(self, name)))
-        if self.max_continuations_per_context == 0 and self.preset in PRESETS:
+        if self.max_continuations_per_context == 0 and self.preset in PRESETS:  # (validate names a bad preset)
             object.__setattr__(self, "max_continuations_per_context", PRESET_CONTINUATIONS[self.preset])
         self.validate()
 
@@ -150,14 +150,14 @@ class RunConfig:
         ):
             if getattr(self, name) < 0:
                 raise SpecdraftError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.preset not in PRESETS:  # before the settings whose defaults are the preset's
+            raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.max_continuations_per_context < 1:
             raise SpecdraftError("--max-continuations-per-context must be >= 1 (or 0: the preset's)")
         if self.policy_prior_strength < 0:
             raise SpecdraftError("--policy-prior-strength must be >= 0")
         if not 0 <= self.verify_cost <= 10:
             raise SpecdraftError(f"--verify-cost must be between 0 and 10, got {self.verify_cost}")
-        if self.preset not in PRESETS:
-            raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.ngram_contexts not in NGRAM_CONTEXTS:
             raise SpecdraftError(
                 f"--ngram-contexts must be one of {', '.join(NGRAM_CONTEXTS)}, got {self.ngram_contexts!r}")

@@ -880,3 +880,12 @@ def test_flags_out_of_range_are_one_line(tmp_path, flags, named):
     assert result.exit_code == 1
     assert named in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "specdraft.duckdb").exists()  # nothing written
+
+
+def test_an_unknown_preset_is_named_in_a_recorded_config():
+    """A config not made by the CLI (a recorded run's, a bundle's, the Python API's) with an unknown
+    preset is refused for its preset, not for the settings whose defaults come from the preset."""
+    from specdraft.config import RunConfig
+
+    with pytest.raises(SpecdraftError, match="--preset must be one of"):
+        RunConfig.recorded({"preset": "fastest"})
