@@ -144,14 +144,15 @@ def test_a_run_starts_while_a_notebook_handle_is_open(built):
 
 def test_what_was_written_outside_a_run_is_in_the_snapshot_of_the_next(built):
     """`specdraft sql --write` changes the warehouse file after the last snapshot; the next run
-    copies it again before building, so its readers see that change, and nothing half-written is
-    left beside the copy."""
+    copies it again (with its first commit's copy, snapshot.QUIET_S after it, the run held before
+    the next), so its readers see that change, and nothing half-written is left beside the copy."""
     assert cli("sql", "--warehouse", built, "--write", "create table main.notes as select 42 as answer").exit_code == 0
     run = HeldRun(built, ["transaction:ngram_tables:before_commit"])
     try:
         run.wait_for("transaction:ngram_tables:before_commit")
-        result = cli("sql", "--warehouse", built, "--format", "csv", "select answer from main.notes")
-        assert result.exit_code == 0 and result.stdout.split() == ["answer", "42"]
+        result = until(lambda: cli("sql", "--warehouse", built, "--format", "csv", "select answer from main.notes"),
+                       lambda result: result.exit_code == 0)
+        assert result.stdout.split() == ["answer", "42"]
     finally:
         run.process.kill()
         run.finish()
@@ -213,6 +214,7 @@ from specdraft.warehouse.connection import Warehouse
 wh = Warehouse(sys.argv[1], memory_limit=None)
 with wh.transaction("test"):
     wh.run_text("create or replace table main.marker as select 7 as n")
+wh._copy.start()  # at once, not once snapshot.QUIET_S has passed
 print(wh._copy.process.pid, flush=True)
 sys.stdin.readline()
 wh.close()
@@ -264,6 +266,7 @@ snapshot.COPY_SCRIPT = "kill -STOP $$; " + copy_script
 wh = Warehouse(sys.argv[1], memory_limit=None)
 with wh.transaction("first"):
     wh.run_text("create or replace table main.marker as select 7 as n")
+wh._copy.start()  # at once, not once snapshot.QUIET_S has passed
 print(wh._copy.process.pid, flush=True)
 snapshot.COPY_SCRIPT = copy_script
 with wh.transaction("second"):
@@ -319,3 +322,36 @@ def test_publishing_keeps_the_row_groups_a_stage_wrote(tmp_path):
         assert wh.run_text("select count(*), sum(i) from parts").fetchall() == [(600000, 2 * sum(range(300000)))]
     finally:
         wh.close()
+
+
+# A writer that commits three times in quick succession and closes; each copy started writes a
+# line first.
+COMMIT_THRICE = """
+import sys
+from specdraft.warehouse import snapshot
+from specdraft.warehouse.connection import Warehouse
+snapshot.QUIET_S = 600.0  # far longer than three commits take
+snapshot.COPY_SCRIPT = 'echo started >> "$1.copies"; ' + snapshot.COPY_SCRIPT
+wh = Warehouse(sys.argv[1], memory_limit=None)
+for n in (7, 8, 9):
+    with wh.transaction("test"):
+        wh.run_text(f"create or replace table main.marker as select {n} as n")
+wh.close()
+snapshot.Copy.wait_for_pending()
+"""
+
+
+def test_commits_in_quick_succession_copy_only_the_last(built):
+    """A commit's copy waits snapshot.QUIET_S for the writer's next commit, and the writer's close
+    starts it at once: three commits and a close copy the file once, as the last commit left it."""
+    from specdraft.files import partial_path
+    from specdraft.warehouse.snapshot import snapshot_path
+
+    subprocess.run([sys.executable, "-c", COMMIT_THRICE, str(built)], check=True, timeout=PAUSE_WAIT_S)
+    assert (built / "specdraft.duckdb.copies").read_text().split() == ["started"]
+    assert not partial_path(snapshot_path(built)).exists()
+    import duckdb
+
+    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
+    assert copy.execute("select n from main.marker").fetchall() == [(9,)]
+    copy.close()

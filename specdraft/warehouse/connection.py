@@ -223,9 +223,10 @@ class Warehouse:
 
     def publish_snapshot(self) -> None:
         """Let readers see what is committed now: checkpoint (the WAL into the file), then copy the
-        file to the snapshot beside the work that follows (snapshot.py). A copy of an earlier commit
-        still running is stopped rather than waited for: it would be out of date when done, and
-        waiting for it cost the seed preset's run 0.9 s (its last stages commit within a second)."""
+        file to the snapshot beside the work that follows, once the writer has gone snapshot.QUIET_S
+        seconds without committing again or closes (snapshot.py). A copy of an earlier commit not
+        ended is given up rather than waited for: it would be out of date when done, and waiting
+        for it cost the seed preset's run 0.9 s (its last stages commit within a second)."""
         self._stop_copy()
         started = time.perf_counter()
         self.con.execute("checkpoint")
@@ -353,6 +354,8 @@ class Warehouse:
         if self.con is not None:
             if snapshot.has_wal(self.root / DB_FILE):
                 self._wait_for_copy()  # closing checkpoints the WAL: not while a copy runs
+            elif self._copy is not None:
+                self._copy.start()  # now, not after QUIET_S: it needs the lock, let go below
             self._copy = None
             self.con.close()
             self.con = None
