@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -355,3 +356,30 @@ def test_commits_in_quick_succession_copy_only_the_last(built):
     copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
     assert copy.execute("select n from main.marker").fetchall() == [(9,)]
     copy.close()
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="needs util-linux's flock(1)")
+def test_a_writer_dropped_without_closing_still_copies_its_last_commit(tmp_path, monkeypatch):
+    """A writer that lets go of its lock's descriptor before its copy starts (dropped without
+    closing, as a test's or a notebook's may be: garbage collection closes it) still has that copy
+    made, and under the lock, held by the copy's own descriptor of it: the copying shell finds it
+    taken (flock(1) cannot take it), and the copy is of the last commit."""
+    from specdraft.warehouse import snapshot
+    from specdraft.warehouse.lock import LOCK_FILE
+
+    root = tmp_path / "wh"
+    monkeypatch.setenv("WAREHOUSE_LOCK", str(root / LOCK_FILE))
+    monkeypatch.setattr(snapshot, "COPY_SCRIPT",
+                        'flock -n "$WAREHOUSE_LOCK" true && echo free >> "$WAREHOUSE_LOCK.log"; ' + snapshot.COPY_SCRIPT)
+    wh = Warehouse(root, memory_limit=None)
+    with wh.transaction("test"):
+        wh.run_text("create or replace table main.marker as select 7 as n")
+    wh._release_lock()  # what collecting the dropped writer does first
+    snapshot.Copy.wait_for_pending()
+    assert not (root / f"{LOCK_FILE}.log").exists()  # the lock was held while it copied
+    import duckdb
+
+    copy = duckdb.connect(str(root / SNAPSHOT_FILE), read_only=True)
+    assert copy.execute("select n from main.marker").fetchall() == [(7,)]
+    copy.close()
+    wh.con.close()

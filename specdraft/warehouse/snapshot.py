@@ -98,7 +98,10 @@ class Copy:
         self.partial = partial_path(self.snapshot)
         self.process: subprocess.Popen | None = None  # the shell, once started
         self._command = ["sh", "-c", COPY_SCRIPT, "sh", str(db_path), str(self.partial), str(self.snapshot)]
-        self._lock_fd = lock_fd
+        # its own descriptor of the writer's lock (the same open file, so the same flock): the
+        # lock stays held until the shell has its copy of it, even where the writer lets go of its
+        # own before the copy starts (a writer dropped without closing, as tests and notebooks do)
+        self._lock_fd: int | None = os.dup(lock_fd)
         self._given_up = False
         self._starting = threading.Lock()  # the timer's start against the writer's start and stop
         Copy.pending.add(self)
@@ -107,15 +110,23 @@ class Copy:
         self._timer.start()
 
     def start(self) -> None:
-        """Start copying now, unless started or given up (the writer's lock descriptor is still open:
-        the writer starts or gives up its copy before it lets go of the lock)."""
+        """Start copying now, unless started or given up; the shell inherits the lock's descriptor."""
         self._timer.cancel()  # (when called before it fires)
         with self._starting:
-            if self.process is None and not self._given_up:
-                self.process = subprocess.Popen(
-                    self._command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                    text=True, pass_fds=(self._lock_fd,), start_new_session=True,  # a Ctrl-C of the run does not stop it
-                )
+            try:
+                if self.process is None and not self._given_up:
+                    self.process = subprocess.Popen(
+                        self._command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                        text=True, pass_fds=(self._lock_fd,), start_new_session=True,  # a Ctrl-C of the run does not stop it
+                    )
+            finally:
+                self._let_go_of_lock()
+
+    def _let_go_of_lock(self) -> None:
+        """Close this copy's descriptor of the lock (the shell, if started, holds its own)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def wait(self) -> None:
         self.start()
@@ -129,6 +140,7 @@ class Copy:
         let finish: the writer does not wait for readers' copies."""
         with self._starting:
             self._given_up = True
+            self._let_go_of_lock()
         self._timer.cancel()
         stopped = False
         if self.process is not None and self.process.poll() is None:
