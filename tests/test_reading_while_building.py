@@ -382,4 +382,4 @@ def test_a_writer_dropped_without_closing_still_copies_its_last_commit(tmp_path,
     copy = duckdb.connect(str(root / SNAPSHOT_FILE), read_only=True)
     assert copy.execute("select n from main.marker").fetchall() == [(7,)]
     copy.close()
-    wh.con.close()
+    wh.close()
