@@ -74,9 +74,10 @@ COPY_SCRIPT = 'nice -n 19 cp -- "$1" "$2" && mv -f -- "$2" "$3"'
 # How long a commit's copy waits for the writer's next commit before it starts (the writer's close
 # starts it at once). The development set's stages commit 1.5-7 s apart: each commit's copy (376 MB
 # after the candidates stage) used to start at once, to be given up at the next commit, all but
-# the last, and the copying took the stages' CPU, page cache and disk. With the wait, runs took
-# 15.4-17.3 s in process against 15.5-19.0 s, and 4.4-5.1 s of system CPU against 4.8-6.0 s (3
-# alternated pairs, --preset default).
+# the last, and the copying took the stages' CPU, page cache and disk. With the wait, --preset
+# default took 15.4-17.3 s in process against 15.5-19.0 s, and 4.4-5.1 s of system CPU against
+# 4.8-6.0 s; --preset seed 8.1-8.7 s against 8.5-9.0 s, 2.6-2.9 s against 3.2-3.5 s (3 alternated
+# pairs each).
 QUIET_S = 10.0
 
 
