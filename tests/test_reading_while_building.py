@@ -42,6 +42,18 @@ def from_snapshot(root: Path) -> bool:
         return wh.snapshot
 
 
+def marker_in_snapshot(root: Path) -> list[tuple]:
+    """main.marker's rows in the snapshot file itself, opened directly (a reader might open the
+    warehouse file instead): the commit the copy holds."""
+    import duckdb
+
+    copy = duckdb.connect(str(root / SNAPSHOT_FILE), read_only=True)
+    try:
+        return copy.execute("select n from main.marker").fetchall()
+    finally:
+        copy.close()
+
+
 def state(root: Path) -> tuple[tuple[int, ...], float]:
     """STATE_QUERY's answer (continuations, rows, runs) through `specdraft sql` (in this
     process), and how long it took."""
@@ -249,11 +261,7 @@ def test_the_last_copy_holds_the_lock_after_its_writer_has_exited(built):
     assert follower.wait(timeout=PAUSE_WAIT_S) == 0, follower.stderr.read()
     with Warehouse(built, read_only=True, memory_limit=None) as wh:
         assert wh.run_text("select count(*) from main.after").fetchall() == [(1,)]
-    import duckdb  # the copy that was stopped is whole
-
-    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
-    assert copy.execute("select n from main.marker").fetchall() == [(7,)]
-    copy.close()
+    assert marker_in_snapshot(built) == [(7,)]  # the copy that was stopped is whole
 
 
 # A writer whose first copy stops itself before it copies anything (as a slow copy would still
@@ -295,11 +303,7 @@ def test_a_newer_commit_stops_the_copy_of_an_older_one(built):
     with pytest.raises(ProcessLookupError):  # stopped for good, not let go
         os.kill(copier, 0)
     assert not partial_path(snapshot_path(built)).exists()
-    import duckdb
-
-    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
-    assert copy.execute("select n from main.marker").fetchall() == [(8,)]
-    copy.close()
+    assert marker_in_snapshot(built) == [(8,)]
 
 
 def test_publishing_keeps_the_row_groups_a_stage_wrote(tmp_path):
@@ -351,11 +355,7 @@ def test_commits_in_quick_succession_copy_only_the_last(built):
     subprocess.run([sys.executable, "-c", COMMIT_THRICE, str(built)], check=True, timeout=PAUSE_WAIT_S)
     assert (built / "specdraft.duckdb.copies").read_text().split() == ["started"]
     assert not partial_path(snapshot_path(built)).exists()
-    import duckdb
-
-    copy = duckdb.connect(str(built / SNAPSHOT_FILE), read_only=True)
-    assert copy.execute("select n from main.marker").fetchall() == [(9,)]
-    copy.close()
+    assert marker_in_snapshot(built) == [(9,)]
 
 
 @pytest.mark.skipif(shutil.which("flock") is None, reason="needs util-linux's flock(1)")
@@ -377,9 +377,5 @@ def test_a_writer_dropped_without_closing_still_copies_its_last_commit(tmp_path,
     wh._release_lock()  # what collecting the dropped writer does first
     snapshot.Copy.wait_for_pending()
     assert not (root / f"{LOCK_FILE}.log").exists()  # the lock was held while it copied
-    import duckdb
-
-    copy = duckdb.connect(str(root / SNAPSHOT_FILE), read_only=True)
-    assert copy.execute("select n from main.marker").fetchall() == [(7,)]
-    copy.close()
+    assert marker_in_snapshot(root) == [(7,)]
     wh.close()
