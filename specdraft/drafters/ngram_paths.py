@@ -159,6 +159,6 @@ def path_choices(contexts: pa.Table, tokens: np.ndarray | Continuations) -> pa.T
         alive, prefix = alive[keep], prefix[keep]
     at = context[alive]
     chosen.append(alive[np.r_[True, at[1:] != at[:-1]][: len(alive)]])  # tied to the end: the lowest rank
-    first = np.sort(np.concatenate(chosen))
-    return pa.table({"ctx_len": pa.array(ctx_len[first], pa.int32()), "ctx_hash": pa.array(ctx_hash[first], pa.int64()),
-                     "rank": pa.array(contexts.column("rank").to_numpy()[first], pa.int64())})
+    picked = np.sort(np.concatenate(chosen))  # a row a context, in context order
+    return pa.table({"ctx_len": pa.array(ctx_len[picked], pa.int32()), "ctx_hash": pa.array(ctx_hash[picked], pa.int64()),
+                     "rank": pa.array(contexts.column("rank").to_numpy()[picked], pa.int64())})
