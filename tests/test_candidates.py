@@ -203,6 +203,34 @@ def test_features_do_not_read_the_label(tmp_path):
         assert len(before) > 1000 and np.array_equal(before, after)
 
 
+def test_the_known_token_features_count_only_the_text_before_the_position(tmp_path):
+    """seen_tokens8, first_token_count and first_token_distance of every draft, recomputed in plain
+    Python from its trace's tokens before its position: how many of the draft's first 8 tokens
+    occur there, how often its first does, and how far back it last did (UNSEEN_DISTANCE where it
+    does not, or the draft is empty)."""
+    from specdraft.warehouse.connection import Warehouse
+
+    cfg = RunConfig(max_completion_tokens=160, max_index_positions=5000, backoff_max_index_positions=6000)
+    run_until("candidates", cfg, RunInputs(tmp_path, str(FIXTURES / "parity_traces.parquet")))
+    with Warehouse(tmp_path, dataset="parity_traces") as wh:
+        tokens = dict(wh.run_text("select trace_id, tokens from selected_traces").fetchall())
+        rows = wh.run_text(
+            "select f.trace_id, f.pos, c.draft, f.seen_tokens8, f.first_token_count, f.first_token_distance "
+            "from candidate_features as f join candidates as c using (trace_id, pos, source)").fetchall()
+    assert len(rows) > 10_000
+    kinds = Counter()
+    for trace_id, pos, draft, seen, count, distance in rows:
+        known = tokens[trace_id][:pos]
+        head = draft[:8]
+        first = [at for at, token in enumerate(known) if head and token == head[0]]
+        expected = (sum(token in known for token in head), len(first),
+                    pos - first[-1] if first else confidence.UNSEEN_DISTANCE)
+        assert (seen, count, distance) == expected, (trace_id, pos, draft)
+        kinds[(0 < seen < len(head), min(count, 2))] += 1
+    # drafts that use some of their tokens but not all, and first tokens unseen, seen once and more
+    assert len(kinds) == 6, kinds
+
+
 def test_candidates_store_their_drafts_uncompressed(tmp_path):
     """The drafts' tokens are stored as they are (candidates.CANDIDATES_COMPRESSION), which the
     candidates statement writes faster than DuckDB's bitpacking; the other columns as DuckDB chooses."""

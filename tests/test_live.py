@@ -602,7 +602,7 @@ def test_default_drafts_and_features_are_the_warehouses(name, request):
             got = [(c.order, c.ctx_len, c.count, c.distance, list(c.draft)) for c in live]
             assert got == expected.get((trace_id, pos), []), (trace_id, pos)
             live_matrix = feature_rows(live, pos - prompt_len, last_known(tokens[:pos]),
-                                       [i for i, c in enumerate(live) if c.order in drafter.choices])
+                                       [i for i, c in enumerate(live) if c.order in drafter.choices], session._known)
             assert live_matrix.tolist() == want_rows.get((trace_id, pos), []), (trace_id, pos)
             orders |= {c.order for c in live}
             checked += len(live)

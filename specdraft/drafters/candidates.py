@@ -29,6 +29,7 @@ from specdraft.drafters.autocomplete import PromptAutocomplete
 from specdraft.drafters.backoff_walk import backoff_candidates
 from specdraft.drafters.ngram_paths import build_ngram_choices
 from specdraft.policy import policy_for
+from specdraft.policy.confidence import UNSEEN_DISTANCE
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.warehouse.connection import Warehouse, release_unused_memory
@@ -166,5 +167,8 @@ def build_candidate_features(wh: Warehouse) -> None:
     peaked at 0.95-0.96 GiB built in two runs against 1.12-1.16 GiB in one, and took 0.3 s longer."""
     parts = wh.query("drafters/query_trace_parts", {"parts": FEATURE_PARTS}).fetchall() or [(0, 0, 0)]  # (none: empty)
     for part, from_trace_id, to_trace_id in parts:
+        wh.materialize("drafters/draft_known_tokens", {"from_trace_id": from_trace_id, "to_trace_id": to_trace_id,
+                                                       "unseen_distance": UNSEEN_DISTANCE}, temp=True)
         wh.materialize("drafters/candidate_features", {"from_trace_id": from_trace_id, "to_trace_id": to_trace_id},
                        append=part > 0)
+    wh.drop("draft_known_tokens")

@@ -34,7 +34,7 @@ import numpy as np
 from specdraft.drafters import families
 from specdraft.live import keys
 from specdraft.live.tables import ContextTable
-from specdraft.policy.confidence import feature_columns
+from specdraft.policy.confidence import UNSEEN_DISTANCE, feature_columns
 
 M = keys.M
 RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
@@ -254,13 +254,41 @@ def last_known(tokens: list[int]) -> tuple[int, int, int]:
     return (tokens[-1] if tokens else -1, tokens[-2] if len(tokens) > 1 else -1, tokens[-3] if len(tokens) > 2 else -1)
 
 
+class KnownTokens:
+    """How often each token occurs in a session's known text, and where it last did: what
+    candidate_features.sql's known_tokens give a draft's seen_tokens8, first_token_count and
+    first_token_distance. Kept up to date as the text grows (add)."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.count: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.length = 0
+        self.add(tokens)
+
+    def add(self, tokens: list[int]) -> None:
+        count, last = self.count, self.last
+        for at, token in enumerate(tokens, start=self.length):
+            count[token] = count.get(token, 0) + 1
+            last[token] = at
+        self.length += len(tokens)
+
+    def features(self, head: tuple[int, ...]) -> tuple[int, int, int]:
+        """(seen_tokens8, first_token_count, first_token_distance) of a draft whose first 8 tokens
+        are `head`."""
+        count = self.count
+        seen = sum(token in count for token in head)
+        if not head or head[0] not in count:
+            return seen, 0, UNSEEN_DISTANCE
+        return seen, count[head[0]], self.length - self.last[head[0]]
+
+
 def feature_rows(candidates: list[Candidate], completion_pos: int, known: tuple[int, int, int],
-                 rows: list[int]) -> np.ndarray:
+                 rows: list[int], known_tokens: KnownTokens) -> np.ndarray:
     """The feature matrix of the candidates at indexes `rows` (candidate_features.sql, in
     feature_columns() order), over the whole set at the position, which is in (family order,
-    context length) order; known: the last known tokens (last_known). The SQL's windows become
-    counts of the drafts' first 8, 4, 2 and 1 tokens, each level summed from the distinct keys of
-    the one above."""
+    context length) order; known: the last known tokens (last_known); known_tokens: the known
+    text's. The SQL's windows become counts of the drafts' first 8, 4, 2 and 1 tokens, each level
+    summed from the distinct keys of the one above."""
     heads = [tuple(c.draft[:8]) for c in candidates]
     agree8: dict[tuple, int] = {}
     for head in heads:
@@ -300,6 +328,7 @@ def feature_rows(candidates: list[Candidate], completion_pos: int, known: tuple[
             bool(head) and head1 == ngram1, bool(head) and head4 == ngram4,
             head[0] if head else -1, known[0],
             head[1] if len(head) > 1 else -1, head[2] if len(head) > 2 else -1, known[1], known[2],
+            *known_tokens.features(head),
         )
     return np.array(flat, dtype=np.int64).reshape(len(rows), WIDTH)
 

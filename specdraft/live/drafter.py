@@ -53,6 +53,7 @@ from specdraft.live import keys
 from specdraft.live.bundle import MANIFEST, Bundle, ConfidenceChoice, read_bundle, read_manifest
 from specdraft.live.confidence import (
     Candidate,
+    KnownTokens,
     OnlineStore,
     RecentIndex,
     feature_rows,
@@ -185,6 +186,7 @@ class Session:
         self.tokens = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
         self._prefix = keys.prefix_hashes(self.tokens)
+        self._known = KnownTokens(self.tokens) if drafter.choices is not None else None
         self._copy, self._frozen, self._frozen_pos = self._copy_index()
         tokenizer = drafter.tokenizer
         self._autocomplete = PromptAutocomplete(tokenizer, tokenizer.decode(self.tokens), self.tokens,
@@ -200,6 +202,8 @@ class Session:
         """Add the tokens the model produced. O(len(token_ids))."""
         self._check_open()
         ids = self.drafter.checked(token_ids, "token_ids")
+        if self._known is not None:
+            self._known.add(ids)
         tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
         draft_len = self.drafter.draft_len
         pending = self._pending_keys
@@ -353,7 +357,8 @@ class Session:
 
     def _features(self, candidates: list[Candidate], rows: list[int]) -> np.ndarray:
         """The feature rows of candidates[rows], as many columns as the bundle's model reads."""
-        matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, last_known(self.tokens), rows)
+        matrix = feature_rows(candidates, len(self.tokens) - self.prompt_len, last_known(self.tokens), rows,
+                              self._known)
         return matrix[:, : self.drafter.feature_width]
 
     def _copy_candidate(self):

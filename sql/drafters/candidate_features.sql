@@ -1,11 +1,12 @@
 -- out: candidate_features
 -- grain: trace_id, pos, source
--- reads: candidates
+-- reads: candidates, draft_known_tokens
 -- params: $from_trace_id BIGINT, $to_trace_id BIGINT
 -- What the confidence selector (--preset default) knows of each draft when it chooses: its source
 -- and context length, how far back a copy reaches, how many other drafts at the position agree on
 -- its first 1, 2, 4 and 8 tokens (and with the longest recent copy and n-gram drafts there), and
--- how long the best in-trace and global matches at the position are.
+-- how long the best in-trace and global matches at the position are, and whether the text known
+-- there already uses its tokens (draft_known_tokens).
 -- Each prefix's drafts at a position are counted under one key, the hash of (trace, position, its
 -- first k tokens), coarser prefixes from finer ones, and joined back on it: a window per prefix
 -- would sort every draft row five times, and grouping and joining on the ten columns themselves
@@ -93,10 +94,14 @@ select
     coalesce(d.draft[2], -1) as second_token,
     coalesce(d.draft[3], -1) as third_token,
     d.before_last_token,
-    d.two_before_last_token
+    d.two_before_last_token,
+    k.seen_tokens8,
+    k.first_token_count,
+    k.first_token_distance
 from drafts as d
 join positions as p on p.trace_id = d.trace_id and p.pos = d.pos
 join prefix1 as p1 using (prefix1_key)
 join prefix2 as p2 using (prefix2_key)
 join prefix4 as p4 using (prefix4_key)
 join prefix8 as p8 using (prefix8_key)
+join draft_known_tokens as k on k.trace_id = d.trace_id and k.pos = d.pos and k.source = d.source
