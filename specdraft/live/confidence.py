@@ -256,7 +256,7 @@ def last_known(tokens: list[int]) -> tuple[int, int, int]:
 
 class KnownTokens:
     """How often each token occurs in a session's known text, and where it last did: what
-    candidate_features.sql's known_tokens give a draft's seen_tokens8, first_token_count and
+    draft_known_tokens.sql's known_tokens give a draft's seen_tokens8, first_token_count and
     first_token_distance. Kept up to date as the text grows (add)."""
 
     def __init__(self, tokens: list[int]) -> None:

@@ -56,10 +56,10 @@ NUMERIC_FEATURES = (
     "before_last_token",
     "two_before_last_token",
     # the draft's tokens in the known text: how many of its first 8 occur there, how often its
-    # first does and how far back it last did (in a lab refit, development set 2.4530 / 1.0111 ->
-    # 2.4604 / 1.0159 every position / decode step, gsm8k-human 1.8735 / 1.2122 -> 1.8975 /
-    # 1.2321; the first token's count and distance alone, 2.4571 / 1.0144 and 1.8879 / 1.2270;
-    # the 8 tokens' alone, 2.4546 / 1.0099, a lower decode step). Appended, as above.
+    # first does and how far back it last did (development set 2.4530 / 1.0111 -> 2.4604 / 1.0159
+    # every position / decode step, gsm8k-human 1.8735 / 1.2122 -> 1.8975 / 1.2321; in lab refits,
+    # the first token's count and distance alone 2.4571 / 1.0144 and 1.8879 / 1.2270, the 8
+    # tokens' count alone 2.4546 / 1.0099, a lower decode step). Appended, as above.
     "seen_tokens8",
     "first_token_count",
     "first_token_distance",

@@ -6,8 +6,8 @@
 -- known at a draft's position already uses the draft's tokens, which a trace that has not used a
 -- token yet is less likely to write next: how many of its first 8 tokens occur there, how often
 -- its first does, and how many tokens back it last did ($unseen_distance: never, or no token).
--- Its own statement: inside candidate_features' their eight joins raised the smallest budget the
--- tests' parity fixture runs at (its DuckDB share from under 42MB to over 63MB).
+-- Its own statement: inside candidate_features, its joins raised the smallest DuckDB share that
+-- statement ran in on the tests' parity fixture from 42MB to over 66MB.
 with known_tokens as (
     -- every token of the traces' known text: where it is (from 0, so a position's known text is
     -- the tokens before it) and its how-manieth occurrence in the trace
