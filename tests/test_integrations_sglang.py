@@ -168,6 +168,28 @@ def test_cli_writes_the_corpus_stdout_is_data(built, tmp_path):
     assert result.exit_code == 2 and "is a file" in result.output
 
 
+def test_an_export_replaces_a_corpus_but_no_other_file(built, tmp_path):
+    """--out may name an earlier corpus (or an empty file), which is replaced; any other file is
+    someone's data and is refused, untouched (a Parquet of traces, a text file)."""
+    warehouse, _ = built
+    older = tmp_path / "corpus.jsonl"
+    older.write_text('"an older corpus"\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    for out in (older, empty):
+        result = CliRunner().invoke(main, ["export", "--format", "sglang-corpus", "--out", str(out),
+                                           "--warehouse", str(warehouse)])
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes().startswith(b'"') and "an older corpus" not in out.read_text()
+    for name, data in (("traces.parquet", b"PAR1\x15\x04"), ("notes.txt", b"my notes\n"), ("list.json", b"[1, 2]\n")):
+        out = tmp_path / name
+        out.write_bytes(data)
+        result = CliRunner().invoke(main, ["export", "--format", "sglang-corpus", "--out", str(out),
+                                           "--warehouse", str(warehouse)])
+        assert result.exit_code == 1 and "exists and is not an SGLang corpus" in result.output, result.output
+        assert out.read_bytes() == data
+
+
 def test_a_failed_export_leaves_the_old_corpus(built, tmp_path, monkeypatch):
     from specdraft import files
 

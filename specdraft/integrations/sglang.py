@@ -55,6 +55,8 @@ def export_sglang_corpus(warehouse: Path, run_id: str | None, out: Path) -> dict
     out = Path(out)
     if out.is_dir():
         raise SpecdraftError(f"{out}: is a directory; the SGLang corpus is one file (e.g. corpus.jsonl)")
+    if out.exists() and not is_corpus(out):
+        raise SpecdraftError(f"{out}: exists and is not an SGLang corpus; choose another --out")
     summary = {"path": str(out), "run_id": results["run_id"], "dataset": results["dataset"],
                "tokenizer": cfg.tokenizer, "traces": 0, "documents": 0, "tokens": 0, "not_round_trip": 0,
                "bytes": 0}
@@ -82,6 +84,19 @@ def export_sglang_corpus(warehouse: Path, run_id: str | None, out: Path) -> dict
     summary["sglang_tokens"] = summary["tokens"] + max(summary["documents"] - 1, 0)
     summary["sha256"] = digest.hexdigest()
     return summary
+
+
+def is_corpus(path: Path) -> bool:
+    """Is the file at `path` a corpus an export may replace: empty, or its first line a JSON string
+    (corpus_line's)? Anything else is someone's data, which an export must not write over."""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20)
+    if not first:
+        return True
+    try:
+        return isinstance(json.loads(first), str)
+    except ValueError:  # (UnicodeDecodeError is one)
+        return False
 
 
 def corpus_line(text: str) -> bytes:
