@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields
 
 from specdraft.errors import SpecdraftError
@@ -154,8 +155,8 @@ class RunConfig:
             raise SpecdraftError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.max_continuations_per_context < 1:
             raise SpecdraftError("--max-continuations-per-context must be >= 1 (or 0: the preset's)")
-        if self.policy_prior_strength < 0:
-            raise SpecdraftError("--policy-prior-strength must be >= 0")
+        if not 0 <= self.policy_prior_strength < math.inf:  # (a NaN fails both comparisons)
+            raise SpecdraftError(f"--policy-prior-strength must be a finite number >= 0, got {self.policy_prior_strength}")
         if not 0 <= self.verify_cost <= 10:
             raise SpecdraftError(f"--verify-cost must be between 0 and 10, got {self.verify_cost}")
         if self.ngram_contexts not in NGRAM_CONTEXTS:

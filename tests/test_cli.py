@@ -80,6 +80,15 @@ def test_bad_flag_value_is_exit_1(tmp_path):
     assert "--draft-len" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e400"])
+def test_a_prior_strength_that_is_not_a_finite_count_is_refused(tmp_path, value):
+    """A NaN prior failed deep in the seed policy's arrays, and under --preset default ran and
+    wrote NaN into results.json, which is not JSON."""
+    result = run(["run", "--policy-prior-strength", value, "--data", "x.parquet", "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1 and "--policy-prior-strength" in result.stderr, result.stderr
+    assert not (tmp_path / "wh").exists()
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 
