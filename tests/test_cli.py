@@ -89,6 +89,17 @@ def test_a_prior_strength_that_is_not_a_finite_count_is_refused(tmp_path, value)
     assert not (tmp_path / "wh").exists()
 
 
+@pytest.mark.parametrize("name", ["main", "Main", "temp", "system", "information_schema", "specdraft"])
+def test_a_dataset_name_the_warehouse_or_duckdb_holds_is_refused(tmp_path, name):
+    """`--name main` put the dataset's tables beside the catalog's, where every other dataset of
+    the warehouse then found them; temp and system failed with DuckDB's binder error and left an
+    empty schema behind."""
+    data = _mini_traces(tmp_path)
+    result = run(["run", "--preset", "seed", "--data", str(data), "--name", name, "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1 and f"dataset name {name!r} is reserved" in result.stderr, result.stderr
+    assert not list((tmp_path / "wh" / "traces").iterdir())
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 

@@ -131,6 +131,24 @@ def quote_identifier(name: str) -> str:
     return f'"{name}"'
 
 
+# Schema names a dataset cannot take: the warehouse's catalog (runs, datasets) is in main, and
+# DuckDB's own names would be ambiguous (temp) or refused (system); the database's own name too.
+RESERVED_SCHEMAS = ("main", "temp", "system", "information_schema", "pg_catalog", Path(DB_FILE).stem)
+
+
+def check_dataset_name(name: str) -> str:
+    """`name` if a dataset may be called so (its tables' schema), else a SpecdraftError.
+
+    >>> check_dataset_name("gsm8k")
+    'gsm8k'
+    """
+    quote_identifier(name)
+    if name.lower() in RESERVED_SCHEMAS:
+        raise SpecdraftError(f"dataset name {name!r} is reserved (the warehouse's catalog or DuckDB's own: "
+                             f"{', '.join(RESERVED_SCHEMAS)}); choose another with --name")
+    return name
+
+
 @dataclass
 class Warehouse:
     """A warehouse directory: traces Parquet files plus one DuckDB file of tables."""
@@ -251,7 +269,7 @@ class Warehouse:
 
     def use_dataset(self, name: str) -> None:
         """Make `name`'s schema the current one: unqualified table names resolve (and are created) there."""
-        schema = quote_identifier(name)
+        schema = quote_identifier(check_dataset_name(name))
         if not self.read_only:
             self.con.execute(f"create schema if not exists {schema}")
         elif not self.has_schema(name):
