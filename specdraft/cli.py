@@ -81,7 +81,7 @@ def _memory_size(ctx, param, value: str | None) -> str | None:
 
 def warehouse_options(func):
     options = [
-        click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+        click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
                      help="Warehouse directory (traces Parquet + specdraft.duckdb)."),
         click.option("--memory-limit", default=DEFAULT_MEMORY_LIMIT, show_default=True, callback=_memory_size,
                      help="The run's memory budget, e.g. 8GB (default: a quarter of RAM); DuckDB gets 70% "
@@ -132,7 +132,8 @@ def _inputs(warehouse: str, memory_limit, debug, kwargs: dict, **source):
 
 
 def handle_errors(func):
-    """One clear line and exit code 1 for data and SQL errors; --debug shows the traceback."""
+    """One clear line and exit code 1 for data and SQL errors, and for paths the system refuses;
+    --debug shows the traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -145,6 +146,14 @@ def handle_errors(func):
             if debug:
                 raise
             click.echo(f"specdraft: error: {exc}", err=True)
+            sys.exit(1)
+        except OSError as exc:
+            # a path of the user's that cannot be made, read or written (a file where a directory
+            # must be, no permission): named with the system's reason
+            if debug or exc.filename is None:
+                raise
+            where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+            click.echo(f"specdraft: error: {where}: {exc.strerror}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("specdraft: interrupted", err=True)
@@ -167,6 +176,8 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     from specdraft.pipeline import run_until
     from specdraft.report.results import write_outputs
 
+    if out:  # one that cannot be a directory fails now, not after the run
+        Path(out).mkdir(parents=True, exist_ok=True)
     results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)
     if out:
         from specdraft.report.html import write_html_report
@@ -186,7 +197,7 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
 @config_options
 @source_options
 @warehouse_options
-@click.option("--out", default="results", show_default=True, type=click.Path(),
+@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False),
               help="Directory for results.json, accepted_histogram.svg and report.html.")
 @click.option("--leave-one-out", is_flag=True,
               help="Also refit without each source and report its marginal contribution (--preset default).")
@@ -207,7 +218,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the generator.")
 @config_options
 @warehouse_options
-@click.option("--out", default="results/demo", show_default=True, type=click.Path(),
+@click.option("--out", default="results/demo", show_default=True, type=click.Path(file_okay=False),
               help="Directory for results.json and accepted_histogram.svg.")
 @engine_options
 @handle_errors
@@ -296,7 +307,7 @@ def calibrate(warehouse, memory_limit, debug, **kwargs) -> None:
 @config_options
 @source_options
 @warehouse_options
-@click.option("--out", default=None, type=click.Path(),
+@click.option("--out", default=None, type=click.Path(file_okay=False),
               help="Also write results.json and accepted_histogram.svg here.")
 @engine_options
 @handle_errors
@@ -322,7 +333,7 @@ def _train_sizes(ctx, param, value: str | None) -> tuple[int, ...] | None:
 @click.option("--train-sizes", callback=_train_sizes, default=None,
               help="Comma-separated train sizes (first N train rows), e.g. 2000,5000,7500. Default: a "
                    "doubling series, 1/8, 1/4, 1/2 and all of the train split (or of --train-limit).")
-@click.option("--out", default="results/scaling", show_default=True, type=click.Path(),
+@click.option("--out", default="results/scaling", show_default=True, type=click.Path(file_okay=False),
               help="Directory for scaling.json and scaling.svg.")
 @handle_errors
 def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
@@ -346,9 +357,9 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
-@click.option("--html", "html_path", type=click.Path(),
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the comparison as a page, with example positions where the runs chose differently.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
@@ -367,9 +378,9 @@ def compare(run_a, run_b, warehouse, html_path, debug) -> None:
 
 @main.command()
 @click.argument("run_id", required=False)
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
-@click.option("--out", default="results", show_default=True, type=click.Path(),
+@click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False),
               help="Directory for results.json, accepted_histogram.svg and report.html.")
 @click.option("--all-traces", is_flag=True,
               help="Embed every eval trace in the report's trace browser (default: the best, the worst and a sample).")
@@ -393,7 +404,7 @@ def report(run_id, warehouse, out, all_traces, debug) -> None:
 @click.argument("query", required=False)
 @click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False),
               help="Run the SQL in this file instead of QUERY.")
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--dataset", "dataset_name", default=None,
               help="Dataset whose schema unqualified names resolve to (default: the only or latest one).")
@@ -421,7 +432,7 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
 
 @main.command()
 @click.argument("text")
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--dataset", "dataset_name", default=None, help="Dataset to look up in (default: the latest).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -460,7 +471,7 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
               show_default=True,
               help="bundle: the drafter, for specdraft.Drafter (and vLLM); sglang-corpus: the run's train "
                    "traces as SGLang's NGRAM external corpus (JSON Lines of text).")
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
@@ -506,7 +517,7 @@ def export(run_id, out, fmt, warehouse, debug) -> None:
 @click.argument("run_id", required=False)
 @click.option("--bundle", required=True, type=click.Path(file_okay=False),
               help="The run's drafter bundle (`specdraft export`).")
-@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(),
+@click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")

@@ -100,6 +100,29 @@ def test_a_dataset_name_the_warehouse_or_duckdb_holds_is_refused(tmp_path, name)
     assert not list((tmp_path / "wh" / "traces").iterdir())
 
 
+def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(tmp_path):
+    """A file where a directory must be is a usage error; a path under a file (which the system
+    refuses) is one line naming it; either before anything is written, not after the run (--out
+    was only made once the run had been recorded, and failed with a traceback)."""
+    data = _mini_traces(tmp_path)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine\n")
+    warehouse = tmp_path / "wh"
+    for args, exit_code, says in (
+        (["--warehouse", str(a_file)], 2, "is a file"),
+        (["--warehouse", str(warehouse), "--out", str(a_file)], 2, "is a file"),
+        (["--warehouse", str(a_file / "wh")], 1, f"specdraft: error: {a_file / 'wh'}: Not a directory"),
+        (["--warehouse", str(warehouse), "--out", str(a_file / "out")], 1,
+         f"specdraft: error: {a_file / 'out'}: Not a directory"),
+    ):
+        result = run(["run", "--preset", "seed", "--data", str(data), *args])
+        assert result.exit_code == exit_code and says in result.stderr and "Traceback" not in result.stderr, \
+            (args, result.stderr)
+        assert not warehouse.exists() and a_file.read_text() == "mine\n"
+    result = run(["compare", "a", "b", "--warehouse", str(warehouse), "--html", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.stderr
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 
