@@ -107,6 +107,7 @@ def _build_ngram_tables(run: RunState, built: str | None, key: str) -> str:
     start = update_start(run.wh, built, key, run.meta)
     if start is not None:
         update_ngram_tables(run.wh, run.cfg, run.path, start)
+        check_every_split_kept(run.wh, run.inputs.dataset_name)
         return updated_key(key, start)
     if not run.cfg.keep_counts:  # an earlier --keep-counts build's counts would be left stale
         run.wh.drop(*COUNT_TABLES)
@@ -119,7 +120,22 @@ def _build_ngram_tables(run: RunState, built: str | None, key: str) -> str:
     else:
         with run.wh.uncached():  # each length's tables are written, and evicted, one by one
             build_ngram_tables(run.wh, run.cfg, run.path)
+    check_every_split_kept(run.wh, run.inputs.dataset_name)
     return key
+
+
+def check_every_split_kept(wh: Warehouse, dataset: str) -> None:
+    """A run needs traces in train, calibration and eval after the limits and the seed's dropping of
+    responses with no tokens: without, it measured nothing (0 positions) or exported a bundle that
+    could not load. Checked in the n-gram stage's transaction, whose tables then roll back."""
+    from specdraft.sources.ingest import SPLITS
+
+    kept = {split: traces for split, traces, *_ in wh.query("tables/trace_stats").fetchall()}
+    empty = [split for split in SPLITS if not kept.get(split)]
+    if empty:
+        raise SpecdraftError(f"dataset {dataset!r}: no {' or '.join(empty)} trace has a response left (rows past the "
+                             "--*-limit flags, and responses with no tokens, are dropped as the seed does); "
+                             "train, calibration and eval each need one")
 
 
 def _index_counters(run: RunState) -> dict:

@@ -123,6 +123,27 @@ def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(t
     assert result.exit_code == 2 and "is a directory" in result.stderr
 
 
+def test_a_split_whose_responses_are_all_empty_fails_the_run_and_leaves_no_tables(tmp_path):
+    """The seed drops responses with no tokens; a split left with none measured nothing (0
+    positions, exit 0) or, with no train traces, exported a bundle that could not load. The n-gram
+    stage's tables roll back, and the warehouse takes a good run after."""
+    import duckdb
+
+    rows = [("train", f"What is {i} plus {i}?", f"{i} + {i} = {2 * i}.") for i in range(20)]
+    rows += [("calibration", "What is 3 plus 4?", "3 + 4 = 7."), ("eval", "What is 5 plus 6?", "  \n ")]
+    data = write_text_traces(tmp_path / "no_eval.parquet", rows)
+    warehouse = tmp_path / "wh"
+    result = run(["run", "--preset", "seed", "--data", str(data), "--warehouse", str(warehouse), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.stderr
+    assert "dataset 'no_eval': no eval trace has a response left" in result.stderr
+    with duckdb.connect(str(warehouse / "specdraft.duckdb"), read_only=True) as con:
+        tables = {name for name, in con.execute("select table_name from duckdb_tables() where schema_name = 'no_eval'").fetchall()}
+    assert "selected_traces" not in tables and "exact_continuations" not in tables, tables
+    good = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(warehouse),
+                "--out", str(tmp_path / "o")])
+    assert good.exit_code == 0, good.stderr
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 
