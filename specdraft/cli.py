@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from specdraft.errors import SpecdraftError
+from specdraft.errors import SpecdraftError, first_line
 from specdraft.pipeline import DEFAULT_DATASET
 from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT
 
@@ -158,6 +158,16 @@ def handle_errors(func):
         except KeyboardInterrupt:
             click.echo("specdraft: interrupted", err=True)
             sys.exit(130)
+        except Exception as exc:
+            # DuckDB out of memory outside a sql/ file's statement (those name their file): at a
+            # --memory-limit too small to open the warehouse's catalog
+            import duckdb
+
+            if debug or not isinstance(exc, duckdb.OutOfMemoryException):
+                raise
+            click.echo(f"specdraft: error: {first_line(exc)}; raise --memory-limit (DuckDB gets 70% of it)",
+                       err=True)
+            sys.exit(1)
 
     return wrapper
 

@@ -144,6 +144,15 @@ def test_a_split_whose_responses_are_all_empty_fails_the_run_and_leaves_no_table
     assert good.exit_code == 0, good.stderr
 
 
+def test_a_memory_limit_too_small_to_open_the_warehouse_is_one_line(tmp_path):
+    """At 1KB DuckDB ran out of memory reading the catalog, outside any sql/ file, which printed a
+    traceback; now one line with what to change."""
+    result = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(tmp_path / "wh"),
+                  "--memory-limit", "1KB"])
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr.startswith("specdraft: error: Out of Memory Error") and "raise --memory-limit" in result.stderr
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 
