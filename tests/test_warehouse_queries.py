@@ -310,6 +310,29 @@ def test_sql_command_formats(warehouse, tmp_path):
     assert bad.exit_code == 1 and bad.stderr.count("\n") == 1 and "no_such_table" in bad.stderr
 
 
+def test_sql_shows_nested_and_interval_columns_as_text_where_the_format_cannot_hold_them(warehouse, tmp_path):
+    """CSV cannot hold a list (a draft's tokens) and polars cannot take an interval: both failed
+    with a polars traceback; they are DuckDB's text of the value there, and stay lists elsewhere."""
+    import polars as pl
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+
+    base = ["sql", "--warehouse", str(warehouse), "--dataset", "qwen_side"]
+    query = ("select draft, interval 3 day as waited, 1 as \"odd\"\"name\" from candidates "
+             "order by trace_id, pos, source limit 1")
+    (first,) = _rows(warehouse, "qwen_side", "select draft from candidates order by trace_id, pos, source limit 1")
+    draft = first["draft"]
+    csv = CliRunner().invoke(main, [*base, "--format", "csv", query], catch_exceptions=False)
+    assert csv.exit_code == 0, csv.stderr
+    assert csv.stdout.splitlines() == ['draft,waited,"odd""name"', f'"{draft}",3 days,1']
+    table = CliRunner().invoke(main, [*base, query], catch_exceptions=False)
+    assert table.exit_code == 0 and "3 days" in table.stdout
+    out = tmp_path / "q.parquet"
+    assert CliRunner().invoke(main, [*base, "--format", "parquet", "-o", str(out), query]).exit_code == 0
+    assert pl.read_parquet(out)["draft"].to_list() == [draft]  # a list where the format holds one
+
+
 def test_open_gives_a_read_only_notebook_handle(warehouse):
     """specdraft.open: polars and Arrow results, the runs and datasets, the dataset's tables by
     plain name (the latest ingested by default, another with use()), and no writes."""

@@ -25,6 +25,24 @@ def default_dataset(wh: Warehouse) -> str | None:
     return rows[0][0] if rows else None
 
 
+# DuckDB types polars cannot take (intervals), and those CSV cannot hold (nested values): such
+# columns are shown as DuckDB's own text of them, [1, 2] or 3 days
+NOT_IN_POLARS = ("interval",)
+NOT_IN_CSV = ("list", "array", "struct", "map", "union")
+
+
+def as_text_where_needed(relation, fmt: str):
+    """The query's result with the columns the output cannot hold cast to VARCHAR (the rest as
+    they are); the relation itself when there are none."""
+    unfit = NOT_IN_POLARS + (NOT_IN_CSV if fmt == "csv" else ())
+    types = [column_type.id for column_type in relation.types]
+    if not any(type_id in unfit for type_id in types):
+        return relation
+    quoted = ['"' + name.replace('"', '""') + '"' for name in relation.columns]
+    return relation.project(", ".join(f"{name}::varchar as {name}" if type_id in unfit else name
+                                      for name, type_id in zip(quoted, types, strict=True)))
+
+
 def run_query(warehouse: Path, text: str, fmt: str = "table", output: Path | None = None,
               dataset: str | None = None, write: bool = False, echo: Callable[[str], None] = print) -> None:
     if fmt == "parquet" and output is None:
@@ -37,7 +55,7 @@ def run_query(warehouse: Path, text: str, fmt: str = "table", output: Path | Non
         if relation is None:  # a statement without a result (with --write)
             return
         try:
-            frame = relation.pl()
+            frame = as_text_where_needed(relation, fmt).pl()
         except duckdb.Error as exc:
             raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
     if fmt == "parquet":
