@@ -153,6 +153,15 @@ def test_a_memory_limit_too_small_to_open_the_warehouse_is_one_line(tmp_path):
     assert result.stderr.startswith("specdraft: error: Out of Memory Error") and "raise --memory-limit" in result.stderr
 
 
+def test_lookup_before_the_tables_are_built_says_to_build_them(tmp_path):
+    """After `ingest` alone, lookup failed on the SQL file's missing-table error."""
+    warehouse = str(tmp_path / "wh")
+    assert run(["ingest", "--data", str(_mini_traces(tmp_path)), "--warehouse", warehouse]).exit_code == 0
+    result = run(["lookup", "What is 2 plus", "--warehouse", warehouse])
+    assert result.exit_code == 1 and "dataset 'mini' has no n-gram tables yet" in result.stderr, result.stderr
+    assert "specdraft build --name mini" in result.stderr
+
+
 def test_unknown_flag_is_usage_error():
     assert run(["run", "--no-such-flag"]).exit_code == 2
 

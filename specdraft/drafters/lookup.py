@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from specdraft.config import RunConfig
+from specdraft.errors import SpecdraftError
 from specdraft.tables.hashing import window_key
 from specdraft.tables.ngrams import rank_continuations_here, ranking_settings
 from specdraft.warehouse.connection import Warehouse
@@ -66,6 +67,9 @@ def lookup(warehouse: Path, dataset: str, text: str, cfg: RunConfig) -> list[dic
     from specdraft.sources.tokenizer import load_tokenizer
 
     with Warehouse(warehouse, read_only=True, dataset=dataset, memory_limit=None) as wh:
+        if not wh.has_table("exact_continuations"):
+            raise SpecdraftError(f"dataset {dataset!r} has no n-gram tables yet; build them with "
+                                 f"`specdraft build --name {dataset}` (or `specdraft run`)")
         tokenizer_name = wh.query("warehouse/dataset_tokenizer", {"name": dataset}).fetchall()[0][0]
         tokenizer = load_tokenizer(tokenizer_name)
         tokens = tokenizer.encode(text)
