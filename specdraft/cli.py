@@ -436,6 +436,8 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
     if (query is None) == (sql_file is None):
         raise click.UsageError("give a QUERY or --file, not both")
     text = Path(sql_file).read_text() if sql_file else query
+    if not text.strip():
+        raise click.UsageError(f"{sql_file or 'QUERY'} is empty: give a SQL statement")
     run_query(Path(warehouse), text, fmt=fmt, output=Path(output) if output else None,
               dataset=dataset_name, write=write, echo=click.echo)
 

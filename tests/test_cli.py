@@ -153,6 +153,15 @@ def test_a_memory_limit_too_small_to_open_the_warehouse_is_one_line(tmp_path):
     assert result.stderr.startswith("specdraft: error: Out of Memory Error") and "raise --memory-limit" in result.stderr
 
 
+def test_an_empty_query_is_a_usage_error(tmp_path):
+    """`sql ""` and an empty --file printed nothing and exited 0."""
+    empty = tmp_path / "empty.sql"
+    empty.write_text("  \n")
+    for args in (["  "], ["--file", str(empty)]):
+        result = run(["sql", *args, "--warehouse", str(tmp_path / "wh")])
+        assert result.exit_code == 2 and "is empty" in result.stderr, result.stderr
+
+
 def test_lookup_before_the_tables_are_built_says_to_build_them(tmp_path):
     """After `ingest` alone, lookup failed on the SQL file's missing-table error."""
     warehouse = str(tmp_path / "wh")
