@@ -183,6 +183,46 @@ def test_sql_is_read_only_by_default(warehouse):
         query(warehouse, "create table main.scratch as select 1 as x")
 
 
+def test_read_only_handles_refuse_statements_that_write_files(warehouse, tmp_path):
+    """DuckDB's read-only mode guards the database file only: a COPY ... TO over the traces Parquet
+    ran from `specdraft.open` and `specdraft sql`, destroying the dataset's traces."""
+    from click.testing import CliRunner
+
+    import specdraft
+    from specdraft.cli import main
+    from specdraft.errors import SpecdraftError
+
+    traces = sorted((warehouse / "traces").glob("*.parquet"))
+    before = [path.read_bytes() for path in traces]
+    statements = [f"copy (select 1 as x) to '{traces[0]}' (format parquet)",
+                  f"export database '{tmp_path / 'exported'}'"]
+    with specdraft.open(warehouse) as wh:
+        for statement in statements:
+            with pytest.raises(SpecdraftError, match="writes files; the warehouse is open read-only"):
+                wh.sql(statement)
+    for statement in statements:
+        result = CliRunner().invoke(main, ["sql", statement, "--warehouse", str(warehouse)])
+        assert result.exit_code == 1 and "writes files" in result.stderr, result.stderr
+    assert [path.read_bytes() for path in traces] == before and not (tmp_path / "exported").exists()
+
+
+def test_notebook_errors_are_specdraft_errors_whenever_they_arise(warehouse):
+    """Parse and bind errors were SpecdraftErrors but those raised as the query runs (a failed
+    cast, error()) were DuckDB's own, and a bare parameter failed inside DuckDB's binding."""
+    import specdraft
+    from specdraft.errors import SpecdraftError
+
+    with specdraft.open(warehouse) as wh:
+        for fetch in (wh.sql, wh.arrow):
+            with pytest.raises(SpecdraftError, match="query failed: Conversion Error"):
+                fetch("select 'a'::int as x")
+            with pytest.raises(SpecdraftError, match="query failed: Invalid Input Error: boom"):
+                fetch("select error('boom') as x")
+        with pytest.raises(SpecdraftError, match="must be a list, tuple or dict, not int"):
+            wh.sql("select ? as x", 5)
+        assert wh.sql("select ? as x", (5,))["x"].to_list() == [5]
+
+
 def test_lookup_shows_every_table_source(warehouse):
     from specdraft.drafters.lookup import lookup
 

@@ -131,6 +131,10 @@ def quote_identifier(name: str) -> str:
     return f'"{name}"'
 
 
+# Statements that write files outside the database (COPY ... TO, EXPORT DATABASE, COPY FROM
+# DATABASE), which a read-only connection would run
+FILE_WRITING_STATEMENTS = (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT,
+                           duckdb.StatementType.COPY_DATABASE)
 # Schema names a dataset cannot take: the warehouse's catalog (runs, datasets) is in main, and
 # DuckDB's own names would be ambiguous (temp) or refused (system); the database's own name too.
 RESERVED_SCHEMAS = ("main", "temp", "system", "information_schema", "pg_catalog", Path(DB_FILE).stem)
@@ -426,8 +430,16 @@ class Warehouse:
     def run_text(self, text: str, params: list | dict | None = None):
         """SQL text as given, with optional bound parameters: an analyst's own (`specdraft sql`), or
         a test's. The relation (run when read), None for a statement without a result. The only SQL
-        run here that is not a sql/ file."""
+        run here that is not a sql/ file. Read-only, statements that write files are refused too:
+        DuckDB's read-only mode guards the database file, not a COPY over the traces Parquet."""
+        if params is not None and not isinstance(params, list | tuple | dict):
+            raise SpecdraftError(f"query parameters must be a list, tuple or dict, not {type(params).__name__}")
         try:
+            if self.read_only:
+                writes = [s.type.name for s in duckdb.extract_statements(text) if s.type in FILE_WRITING_STATEMENTS]
+                if writes:
+                    raise SpecdraftError(f"{writes[0]} writes files; the warehouse is open read-only "
+                                         "(`specdraft sql --write` may write)")
             return self.con.sql(text, params=params)
         except duckdb.Error as exc:
             raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
