@@ -58,6 +58,10 @@ def setting(default, help: str, flag: bool = True, choices: tuple[str, ...] | No
     return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
 
+# The highest --verify-cost (and live propose(verify_cost=)): a drafted token costing ten decode steps
+MAX_VERIFY_COST = 10
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Every setting of a run. Defaults are the seed's (minimal_spec_decode.py) flags; each field
@@ -157,8 +161,8 @@ class RunConfig:
             raise SpecdraftError("--max-continuations-per-context must be >= 1 (or 0: the preset's)")
         if not 0 <= self.policy_prior_strength < math.inf:  # (a NaN fails both comparisons)
             raise SpecdraftError(f"--policy-prior-strength must be a finite number >= 0, got {self.policy_prior_strength}")
-        if not 0 <= self.verify_cost <= 10:
-            raise SpecdraftError(f"--verify-cost must be between 0 and 10, got {self.verify_cost}")
+        if not 0 <= self.verify_cost <= MAX_VERIFY_COST:
+            raise SpecdraftError(f"--verify-cost must be between 0 and {MAX_VERIFY_COST}, got {self.verify_cost}")
         if self.ngram_contexts not in NGRAM_CONTEXTS:
             raise SpecdraftError(
                 f"--ngram-contexts must be one of {', '.join(NGRAM_CONTEXTS)}, got {self.ngram_contexts!r}")

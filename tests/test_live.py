@@ -749,11 +749,34 @@ def test_a_bundle_from_before_per_draft_scoring_scores_every_copy(default_built,
 
 
 def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
+    """At every call: propose(verify_cost=) on a seed bundle raised only where there was a draft to
+    cut (an empty prompt gave [] first), which in a decode loop fails now and then."""
     _, prompt_len, tokens = seed_eval_traces[0]
-    with seed_drafter.start(tokens[:prompt_len]) as session:
-        for call in (lambda: session.propose_tree(16), lambda: session.propose(verify_cost=0.05)):
-            with pytest.raises(ValueError, match="preset default"):
-                call()
+    for prompt in (tokens[:prompt_len], []):
+        with seed_drafter.start(prompt) as session:
+            for call in (lambda: session.propose_tree(16), lambda: session.propose(verify_cost=0.05)):
+                with pytest.raises(ValueError, match="preset default"):
+                    call()
+
+
+def test_live_arguments_are_checked_at_every_call(default_built, default_drafter):
+    """verify_cost must be a number from 0 to 10 (a NaN or inf cut drafts with numpy warnings, a
+    string passed where there was no draft); numpy numbers are taken like Python's, bools are not."""
+    import numpy as np
+
+    _, prompt_len, tokens = _eval_traces(default_built[0])[0]
+    for prompt in (tokens[:prompt_len], []):
+        with default_drafter.start(prompt) as session:
+            for bad in (-1, float("nan"), float("inf"), 1e308, "abc", True):
+                with pytest.raises(ValueError, match="verify_cost must be a number from 0 to 10"):
+                    session.propose(verify_cost=bad)
+            for name, call in (("k", session.propose_many), ("budget", session.propose_tree)):
+                for bad in (0, -2, 1.0, True, np.bool_(True), "4"):
+                    with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+                        call(bad)
+            assert session.propose(verify_cost=np.float32(0.5)) == session.propose(verify_cost=0.5)
+            assert session.propose_many(np.int64(3)) == session.propose_many(3)
+            assert session.propose_tree(np.int32(8)) == session.propose_tree(8)
 
 
 def test_a_queried_build_exports_the_bundle_of_a_build_of_every_context(built, tmp_path_factory):

@@ -38,12 +38,15 @@ to one request and is used by one thread at a time, so sessions run in parallel 
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from bisect import bisect_left
 from pathlib import Path
 from typing import Self
 
 import numpy as np
 
+from specdraft.config import MAX_VERIFY_COST
 from specdraft.drafters import families
 from specdraft.drafters.arithmetic import Arithmetic
 from specdraft.drafters.autocomplete import PromptAutocomplete
@@ -236,26 +239,25 @@ class Session:
         draft_length "adaptive" rows (policy/draft_length.py; --preset default only). Without it,
         the full draft: the every-position one, which replay checks."""
         self._check_open()
+        # the argument, and that the bundle can cut drafts, checked at every call: not only where
+        # there is a draft to cut
+        cost = None if verify_cost is None else checked_verify_cost(verify_cost)
+        curves = None if cost is None else self._curves()
         candidates = self._candidates()
         picked, scores = self._scores(candidates)
         if not picked:
             return []
         best = first_best(scores)
         draft = list(candidates[picked[best]].draft)
-        if verify_cost is None:
+        if curves is None:
             return draft
-        if isinstance(verify_cost, bool) or not isinstance(verify_cost, int | float) or not verify_cost >= 0:
-            raise ValueError(f"verify_cost must be a number >= 0, not {verify_cost!r}")
-        curves = self._curves()
-        length = adaptive_lengths(curves, np.array([scores[best]]), np.array([len(draft)]), float(verify_cost))
+        length = adaptive_lengths(curves, np.array([scores[best]]), np.array([len(draft)]), cost)
         return draft[: int(length[0])]
 
     def propose_many(self, k: int) -> list[list[int]]:
         """The k best distinct drafts at the current position, best first (ties in family order)."""
         self._check_open()
-        if type(k) is not int or k < 1:
-            raise ValueError(f"k must be a positive int, not {k!r}")
-        return [draft for draft, _ in self._best_distinct(k)]
+        return [draft for draft, _ in self._best_distinct(positive_count("k", k))]
 
     def propose_tree(self, budget: int) -> TokenTree:
         """A token tree of at most `budget` tokens for a tree verifier: the likeliest nodes of the
@@ -263,8 +265,7 @@ class Session:
         token_ids and parent indexes (-1: the node follows the known text), every parent before
         its children. The run's tree_b<budget> figures are these trees'. --preset default only."""
         self._check_open()
-        if type(budget) is not int or budget < 1:
-            raise ValueError(f"budget must be a positive int, not {budget!r}")
+        budget = positive_count("budget", budget)
         best = self._best_distinct(TREE_DRAFTS)
         return best_tree(self._curves(), [draft for draft, _ in best], [score for _, score in best], budget)
 
@@ -577,3 +578,33 @@ def first_best(scores: list[float]) -> int:
     1
     """
     return scores.index(max(scores))
+
+
+def checked_verify_cost(value) -> float:
+    """A drafted token's verify cost as propose takes it: a real number (numpy's too, not a bool)
+    from 0 to MAX_VERIFY_COST, as --verify-cost.
+
+    >>> checked_verify_cost(np.float32(0.5))
+    0.5
+    """
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) \
+            or not 0 <= float(value) <= MAX_VERIFY_COST:
+        raise ValueError(f"verify_cost must be a number from 0 to {MAX_VERIFY_COST}, not {value!r}")
+    return float(value)
+
+
+def positive_count(name: str, value) -> int:
+    """An int of at least 1 (numpy's too, not a bool), or a ValueError naming the argument.
+
+    >>> positive_count("k", np.int64(4))
+    4
+    """
+    count = None
+    if not isinstance(value, bool | np.bool_):
+        try:
+            count = operator.index(value)
+        except TypeError:
+            pass
+    if count is None or count < 1:
+        raise ValueError(f"{name} must be a positive int, not {value!r}")
+    return count
