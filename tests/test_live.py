@@ -447,6 +447,44 @@ def test_another_version_or_tokenizer_is_named(bundle_copy, change, match):
     _one_line_naming(excinfo, bundle_copy / "manifest.json", match)
 
 
+def _first_segment_shortened(manifest):
+    (ctx_len, start, stop), *rest = manifest["tables"]["ngram.arrow"]["segments"]
+    manifest["tables"]["ngram.arrow"]["segments"] = [[ctx_len, start, stop - 1], *rest]
+
+
+@pytest.mark.parametrize("change, match", [
+    # the tables' segments are not under a checksum: wrong ones found other rows and drafted other
+    # tokens without an error, or failed with a KeyError or an unpacking error
+    (_first_segment_shortened, r"tables\['ngram.arrow'\]: segment .* does not follow on"),
+    (lambda m: m["tables"]["ngram.arrow"].update(segments=[]), r"the segments end at row 0 of"),
+    (lambda m: m["tables"]["ngram.arrow"].update(segments=[[1, 2]]), r"is not \[ctx_len, start, stop\]"),
+    (lambda m: m["tables"].pop("backoff.arrow"), r"tables\['backoff.arrow'\] does not describe the table"),
+    (lambda m: m.pop("run_id"), "incomplete manifest"),
+])
+def test_a_manifest_whose_tables_do_not_fit_them_is_named(bundle_copy, change, match):
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    change(manifest)
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, bundle_copy / "manifest.json", match)
+
+
+def test_a_config_that_is_not_an_object_is_named(bundle_copy):
+    """With its checksum made to match, a config.json holding a list failed with a TypeError."""
+    import hashlib
+
+    config = bundle_copy / "config.json"
+    config.write_text("[1, 2]")
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    manifest["files"]["config.json"] = {"bytes": config.stat().st_size,
+                                        "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, config, "not a run's settings")
+
+
 def test_a_missing_file_or_manifest_is_named(bundle_copy):
     (bundle_copy / "store.arrow").unlink()
     with pytest.raises(SpecdraftError) as excinfo:

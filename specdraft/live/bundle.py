@@ -298,7 +298,10 @@ def read_bundle(root: Path) -> Bundle:
     missing = [name for name in (*PRESET_TABLES[preset], *JSON_FILES) if name not in manifest["files"]]
     if missing:
         raise SpecdraftError(f"{root / MANIFEST}: lists no {', '.join(missing)}")
-    config = RunConfig.recorded(_read_json(root / "config.json"))
+    recorded = _read_json(root / "config.json")
+    if not isinstance(recorded, dict):
+        raise SpecdraftError(f"{root / 'config.json'}: not a run's settings (a JSON object)")
+    config = RunConfig.recorded(recorded)
     columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
     policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
     rank2 = isinstance(policy, ConfidenceChoice) and "ngram-rank2" in policy.proposed
@@ -306,10 +309,10 @@ def read_bundle(root: Path) -> Bundle:
         if RANK2_TABLE not in manifest["files"]:
             raise SpecdraftError(f"{root / MANIFEST}: lists no {RANK2_TABLE}, which the run's policy drafts from")
         columns[RANK2_TABLE] = _read_table(root / RANK2_TABLE)
-    segments = manifest["tables"]
 
     def lookup(name: str) -> ContextTable:
-        return ContextTable(columns[name]["key"], [tuple(s) for s in segments[name]["segments"]])
+        keys = columns[name]["key"]
+        return ContextTable(keys, checked_segments(root / MANIFEST, name, manifest["tables"].get(name), keys))
 
     ngram, backoff = columns["ngram.arrow"], columns["backoff.arrow"]
     extra = {}
@@ -331,6 +334,34 @@ def read_bundle(root: Path) -> Bundle:
     )
 
 
+def checked_segments(manifest_path: Path, name: str, entry, keys) -> list[tuple[int, int, int]]:
+    """A lookup table's (ctx_len, start, stop) segments as the manifest gives them, checked against
+    the table: runs of rising context lengths that cover its rows from the first to the last, each
+    run's keys sorted. The table's checksum does not cover them: wrong ones would find other rows,
+    and so draft other tokens, without an error."""
+    rows = len(keys)
+    segments = entry.get("segments") if isinstance(entry, dict) else None
+    where = f"{manifest_path}: tables[{name!r}]"
+    if not isinstance(segments, list) or entry.get("rows") != rows:
+        raise SpecdraftError(f"{where} does not describe the table's {rows} rows")
+    at, last_len, checked = 0, 0, []
+    for segment in segments:
+        if not (isinstance(segment, list) and len(segment) == 3 and all(type(v) is int for v in segment)):
+            raise SpecdraftError(f"{where}: segment {segment!r} is not [ctx_len, start, stop]")
+        ctx_len, start, stop = segment
+        if ctx_len <= last_len or start != at or stop <= start or stop > rows:
+            raise SpecdraftError(f"{where}: segment {segment!r} does not follow on (row {at}, context length "
+                                 f"above {last_len}, at most {rows} rows)")
+        run = np.asarray(keys[start:stop])
+        if not np.all(run[1:] >= run[:-1]):
+            raise SpecdraftError(f"{where}: the keys of segment {segment!r} are not sorted")
+        checked.append((ctx_len, start, stop))
+        at, last_len = stop, ctx_len
+    if at != rows:
+        raise SpecdraftError(f"{where}: the segments end at row {at} of {rows}")
+    return checked
+
+
 def read_manifest(root: Path) -> dict:
     path = Path(root) / MANIFEST
     if not path.is_file():
@@ -347,9 +378,9 @@ def read_manifest(root: Path) -> dict:
         raise SpecdraftError(f"{path}: the bundle's context keys use other hash constants than this specdraft")
     files, tables, tokenizer = manifest.get("files"), manifest.get("tables"), manifest.get("tokenizer")
     if not (isinstance(files, dict) and all(isinstance(f, dict) and {"bytes", "sha256"} <= set(f) for f in files.values())
-            and isinstance(tables, dict) and isinstance(tokenizer, dict)
+            and isinstance(tables, dict) and isinstance(tokenizer, dict) and isinstance(manifest.get("run_id"), str)
             and {"name", "fingerprint", "vocab_size"} <= set(tokenizer)):
-        raise SpecdraftError(f"{path}: incomplete manifest (files, tables or tokenizer missing)")
+        raise SpecdraftError(f"{path}: incomplete manifest (files, tables, tokenizer or run_id missing)")
     if manifest.get("preset") not in PRESETS:
         raise SpecdraftError(f"{path}: a --preset {manifest.get('preset')} bundle; this specdraft reads "
                              f"{' and '.join(PRESETS)} bundles")
