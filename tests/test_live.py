@@ -797,6 +797,12 @@ def test_propose_tree_needs_the_default_preset(seed_drafter, seed_eval_traces):
                     call()
 
 
+def test_online_must_be_a_bool(default_built):
+    for bad in ("no", 0, 1):
+        with pytest.raises(ValueError, match="online must be True, False or None"):
+            Drafter.load(default_built[0] / "bundle", online=bad)
+
+
 def test_live_arguments_are_checked_at_every_call(default_built, default_drafter):
     """verify_cost must be a number from 0 to 10 (a NaN or inf cut drafts with numpy warnings, a
     string passed where there was no draft); numpy numbers are taken like Python's, bools are not."""

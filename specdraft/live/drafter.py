@@ -150,6 +150,8 @@ class Drafter:
         run measured it; by default on for an --online run's bundle, and only for one."""
         from concurrent.futures import ThreadPoolExecutor
 
+        if online is not None and not isinstance(online, bool):  # ("no" would switch it on)
+            raise ValueError(f"online must be True, False or None, not {online!r}")
         path = Path(path)
         recorded = read_manifest(path)["tokenizer"]
         with ThreadPoolExecutor(max_workers=1) as pool:
