@@ -426,7 +426,8 @@ def report(run_id, warehouse, out, all_traces, debug) -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
 def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> None:
-    """Run a SQL query (or a file) against the warehouse; read-only unless --write.
+    """Run a SQL query (or a file) against the warehouse; read-only unless --write. Of several
+    statements (separated by ;) all run, in order, and the last one's rows are printed.
 
     Each dataset's tables are in a schema named after it (gsm8k.candidates); the catalog is
     main.datasets and runs are main.runs. as_text(token_ids) renders tokens as text.
