@@ -125,3 +125,20 @@ def test_summary_table(results):
     assert len(widths) == 1
     assert lines[-1] == f"dataset {DATASET}: train 7, calibration 3, eval 2; total 12.3s"
     assert all(ord(c) < 128 for line in lines[:-1] for c in line)
+
+
+def test_trace_text_cannot_end_the_report_pages_data_block():
+    """A trace's "<!--<script>" kept the browser's data block open past its </script> (only "</"
+    was escaped), swallowing the page's own script: the trace list came up empty. The block now
+    holds no "<" at all, and its JSON reads back as the data."""
+    import json
+    import re
+
+    from specdraft.report.trace_browser import browser_section
+
+    text = "x <!--<script> var a = 1; </script> & </b> <!-- -->"
+    data = {"drafts_note": "", "draft_len": 16, "score": "a score", "traces": [{"text": text}]}
+    page = browser_section(data)
+    (blob,) = re.findall(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.DOTALL)
+    assert "<" not in blob and json.loads(blob) == data
+    assert page.count("<script") == 2 and page.count("</script>") == 2

@@ -146,10 +146,26 @@ def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[f
     return [by_key.get(key) for key in zip(*(drafts.column(c).to_pylist() for c in ("trace_id", "pos", "source")))]
 
 
+# In a <script> block the HTML parser still reads "<!--", "<script" and "</script": escaping
+# only "</" let a trace's "<!--<script>" keep the block open past its end, which swallowed the
+# page's own script. JSON may write every "<", ">" and "&" as \u escapes, and then the block
+# holds none of them (as Django's json_script).
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_json(data) -> str:
+    r"""`data` as JSON to embed in a <script> block: no <, > or & in it, the same value read back.
+
+    >>> script_json({"text": "<!--<script>a & b</script>"})
+    '{"text":"\\u003c!--\\u003cscript\\u003ea \\u0026 b\\u003c/script\\u003e"}'
+    """
+    return json.dumps(data, separators=(",", ":")).translate(_SCRIPT_SAFE)
+
+
 def browser_section(data: dict) -> str:
     """The browser's HTML: the trace list, the trace's text, the drafts panel, the data and the
     script (no network: everything is in the page)."""
-    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    blob = script_json(data)
     note = f'<p class="note">{escape(data["drafts_note"])}</p>' if data["drafts_note"] else ""
     return f"""<h2>Trace browser</h2>
 <p>Each eval trace's response as text; a token's background is how many tokens the chosen draft
