@@ -176,6 +176,22 @@ def test_two_tokenizers_side_by_side(warehouse):
     assert texts == [{"a": "Hello, world", "b": ""}]
 
 
+def test_as_text_decodes_characters_split_over_tokens(warehouse):
+    """as_text joined each token's decoded piece, so an emoji or a CJK character spread over two or
+    three byte tokens showed as U+FFFDs (in the report's context tables and the compare page).
+    The bytes are decoded together now; a list cut inside a character falls back to the pieces."""
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    text = "Count the beads 🧮: 鬱 is one character."
+    ids = tokenizer.encode(text)
+    assert any("\ufffd" in tokenizer.decode([i]) for i in ids)  # some token holds part of a character
+    cut = next(i for i in range(1, len(ids)) if "\ufffd" in tokenizer.decode(ids[:i]))
+    (row,) = query(warehouse, f"select qwen_side.as_text({ids}) as whole, qwen_side.as_text({ids[:cut]}) as cut")
+    assert row["whole"] == text
+    assert row["cut"].startswith("Count the beads") and row["cut"].endswith("\ufffd")
+
+
 def test_sql_is_read_only_by_default(warehouse):
     from specdraft.errors import SpecdraftError
 

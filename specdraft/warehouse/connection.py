@@ -289,13 +289,17 @@ class Warehouse:
 
     def create_text_macro(self) -> None:
         """as_text(token_ids): a token list rendered as text through the current dataset's vocab
-        (qualified, so it works from any schema: gsm8k.as_text(...))."""
+        (qualified, so it works from any schema: gsm8k.as_text(...)). The tokens' bytes are decoded
+        together, so a character split over several tokens (an emoji, most CJK) is itself; a list
+        that starts or ends inside a character, which is no UTF-8, is the tokens' pieces joined,
+        with U+FFFD for each partial character."""
         schema = quote_identifier(self.dataset or "main")
         self.con.execute(
             f"create or replace macro {schema}.as_text(token_ids) as ("
-            f"select coalesce(string_agg(v.piece, '' order by t.i), '') "
+            f"select coalesce(try(decode(list_reduce(bytes, lambda a, b: a || b))), pieces, '') from ("
+            f"select list(v.bytes order by t.i) as bytes, string_agg(v.piece, '' order by t.i) as pieces "
             f"from (select unnest(token_ids) as token_id, unnest(generate_series(1, len(token_ids))) as i) as t "
-            f"join {schema}.vocab as v using (token_id))"
+            f"join {schema}.vocab as v using (token_id)))"
         )
 
     @property
