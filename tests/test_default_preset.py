@@ -261,3 +261,22 @@ def test_a_draft_is_scored_from_the_same_row_in_the_warehouse_and_live(rows):
         copies = [j for j, row in enumerate(rows) if row[0] == rows[i][0] and row[2] == rows[i][2]]
         choosable = [j for j in copies if rows[j][1] in choices]
         assert scorer == (choosable or copies)[0]
+
+
+def test_a_family_with_no_eval_draft_is_listed_with_zero(tmp_path):
+    """The seed preset lists each of its sources in per_source; the default preset left out a family
+    that drafted nowhere in eval (here arithmetic and prompt autocomplete, on text with neither),
+    which the compare page and the chart then showed as missing rather than 0."""
+    from specdraft.policy.confidence import ConfidencePolicy
+
+    from .helpers import write_text_traces
+
+    names = [chr(97 + i % 26) + chr(97 + (i * 7) % 26) for i in range(40)]
+    rows = [("train" if i < 30 else "calibration" if i < 35 else "eval", f"Describe animal {name}",
+             f"The {name} cat sat on the mat and the {name} dog ran to the park with a ball.")
+            for i, name in enumerate(names)]
+    results = run_all(RunConfig(), tmp_path / "wh", str(write_text_traces(tmp_path / "words.parquet", rows)), "unused")
+    expected = {name for name in ConfidencePolicy.families if name != "online"}
+    assert set(results["per_source"]) == expected
+    assert results["per_source"]["arithmetic"]["proposed"] == 0
+    assert results["per_source"]["arithmetic"]["avg_accepted"] == 0

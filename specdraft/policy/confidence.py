@@ -215,7 +215,7 @@ class ConfidencePolicy:
         features = calibration_features(wh)
         table = {}
         for family in SELECTABLE:
-            if family not in results["per_source"]:
+            if not results["per_source"].get(family, {}).get("proposed"):
                 continue
             without = ConfidencePolicy.fit(features, cfg.draft_len, exclude_families=(family,))
             avg = summarize(without.evaluate(wh, cfg, None, None).selected, cfg.draft_len)["avg_accepted"]

@@ -320,6 +320,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         alone[all_flat[own_picks]] = all_accepted[own_picks]
         per_source[name] = alone
         proposed[name] = len(own_picks)
+    for name in policy.families:  # a family the preset proposes with no eval draft: 0, as the seed's
+        if name not in per_source and (name != "online" or cfg.online):
+            per_source[name] = np.zeros(n_positions, dtype=np.int64)
+            proposed[name] = 0
     del everything, family
     # the features' pages, which Arrow's allocator keeps, and the C heap's free ones: the evaluate
     # stage's peak on the development set 1.05-1.06 GiB against 1.10-1.14 GiB
