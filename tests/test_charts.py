@@ -142,3 +142,21 @@ def test_trace_text_cannot_end_the_report_pages_data_block():
     (blob,) = re.findall(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.DOTALL)
     assert "<" not in blob and json.loads(blob) == data
     assert page.count("<script") == 2 and page.count("</script>") == 2
+
+
+def test_tooltips_name_the_chosen_bars_and_round_fractional_x():
+    """The positions chart's tooltip called the chosen column "bar", and the draft-length chart's
+    printed drafted tokens per step unrounded (0.997398)."""
+    from specdraft.report.charts import line_chart_svg
+    from specdraft.report.html import position_svg
+
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    positions = ET.fromstring(position_svg([(0, 40, 2.5, 3.25)], "By position"))
+    tips = [rect.find("svg:title", ns).text for rect in positions.iter("{http://www.w3.org/2000/svg}rect")
+            if rect.get("class") in ("bar", "oracle")]
+    assert "positions 0-31: chosen 2.500 over 40 positions" in tips and not any(" bar " in t for t in tips)
+    chart = ET.fromstring(line_chart_svg([("a", "fixed", [(0.997398, 1.5), (16, 2.25)])],
+                                         "Chart", "drafted tokens per step", "accepted tokens per step"))
+    tips = [c.find("svg:title", ns).text for c in chart.iter("{http://www.w3.org/2000/svg}circle")
+            if c.get("class") == "marker"]
+    assert tips == ["fixed, 0.997 drafted tokens per step: 1.500", "fixed, 16 drafted tokens per step: 2.250"]

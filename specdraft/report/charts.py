@@ -233,7 +233,7 @@ def line_chart_svg(series, title: str, x_label: str, y_label: str) -> str:
             out.append(f'<polyline class="line" points="{coords}" fill="none" stroke="{colour}" '
                        f'stroke-width="2.5" stroke-linejoin="round"/>')
         for x, y in points:
-            tip = f"{label}, {_g(x)} {x_label}: {y:.3f}"
+            tip = f"{label}, {_g(x) if float(x).is_integer() else f'{x:.3f}'} {x_label}: {y:.3f}"
             out.append(f'<circle class="marker" data-series={quoteattr(key)} data-x="{_g(x)}" data-y="{y:.6g}" '
                        f'cx="{px(x):.2f}" cy="{py(y):.2f}" r="4.5" fill="{colour}" stroke="#ffffff" '
                        f'stroke-width="1.5"><title>{escape(tip)}</title></circle>')

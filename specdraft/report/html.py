@@ -67,11 +67,11 @@ def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
                  f'transform="rotate(-90 18 {top_pad + plot / 2:.1f})">accepted tokens per position</text></g>')
     for i, (bucket, positions, avg, oracle) in enumerate(rows):
         x = left + i * step
-        for value, colour, cls in ((oracle, ORACLE_COLOUR, "oracle"), (avg, BAR_COLOUR, "bar")):
+        for value, colour, cls, name in ((oracle, ORACLE_COLOUR, "oracle", "oracle"), (avg, BAR_COLOUR, "bar", "chosen")):
             h = plot * value / top
             parts.append(f'<rect class="{cls}" x="{x + 1:.1f}" y="{base - h:.1f}" width="{max(step - 2, 1):.1f}" '
                          f'height="{h:.1f}" fill="{colour}"><title>positions {bucket}-{bucket + 31}: '
-                         f"{cls} {value:.3f} over {positions} positions</title></rect>")
+                         f"{name} {value:.3f} over {positions} positions</title></rect>")
         if i % max(n // 10, 1) == 0:
             parts.append(f'<text x="{x + step / 2:.1f}" y="{base + 16}" text-anchor="middle" '
                          f'font-size="11">{bucket}</text>')
