@@ -431,37 +431,26 @@ def test_a_corrupted_file_is_named(bundle_copy, name):
     _one_line_naming(excinfo, path, "checksum")
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(format_version=2), "format version 2; this specdraft reads version 1"),
-    (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
-    (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
-    (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
-    (lambda m: m.pop("files"), "incomplete manifest"),
-])
-def test_another_version_or_tokenizer_is_named(bundle_copy, change, match):
-    manifest = json.loads((bundle_copy / "manifest.json").read_text())
-    change(manifest)
-    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(SpecdraftError) as excinfo:
-        Drafter.load(bundle_copy)
-    _one_line_naming(excinfo, bundle_copy / "manifest.json", match)
-
-
 def _first_segment_shortened(manifest):
     (ctx_len, start, stop), *rest = manifest["tables"]["ngram.arrow"]["segments"]
     manifest["tables"]["ngram.arrow"]["segments"] = [[ctx_len, start, stop - 1], *rest]
 
 
 @pytest.mark.parametrize("change, match", [
+    (lambda m: m.update(format_version=2), "format version 2; this specdraft reads version 1"),
+    (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
+    (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
+    (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
+    (lambda m: m.pop("files"), "incomplete manifest"),
     # the tables' segments are not under a checksum: wrong ones found other rows and drafted other
     # tokens without an error, or failed with a KeyError or an unpacking error
-    (_first_segment_shortened, r"tables\['ngram.arrow'\]: segment .* does not follow on"),
+    (lambda m: _first_segment_shortened(m), r"tables\['ngram.arrow'\]: segment .* does not follow on"),
     (lambda m: m["tables"]["ngram.arrow"].update(segments=[]), r"the segments end at row 0 of"),
     (lambda m: m["tables"]["ngram.arrow"].update(segments=[[1, 2]]), r"is not \[ctx_len, start, stop\]"),
     (lambda m: m["tables"].pop("backoff.arrow"), r"tables\['backoff.arrow'\] does not describe the table"),
     (lambda m: m.pop("run_id"), "incomplete manifest"),
 ])
-def test_a_manifest_whose_tables_do_not_fit_them_is_named(bundle_copy, change, match):
+def test_a_wrong_manifest_is_named(bundle_copy, change, match):
     manifest = json.loads((bundle_copy / "manifest.json").read_text())
     change(manifest)
     (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
