@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+import duckdb
 
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.pipeline import DEFAULT_DATASET
@@ -158,12 +159,10 @@ def handle_errors(func):
         except KeyboardInterrupt:
             click.echo("specdraft: interrupted", err=True)
             sys.exit(130)
-        except Exception as exc:
-            # DuckDB out of memory outside a sql/ file's statement (those name their file): at a
-            # --memory-limit too small to open the warehouse's catalog
-            import duckdb
-
-            if debug or not isinstance(exc, duckdb.OutOfMemoryException):
+        except duckdb.OutOfMemoryException as exc:
+            # outside a sql/ file's statement (those name their file): at a --memory-limit too
+            # small to open the warehouse's catalog
+            if debug:
                 raise
             click.echo(f"specdraft: error: {first_line(exc)}; raise --memory-limit (DuckDB gets 70% of it)",
                        err=True)

@@ -10,11 +10,9 @@ import io
 from collections.abc import Callable
 from pathlib import Path
 
-import duckdb
-
 from specdraft import files
-from specdraft.errors import SpecdraftError, first_line
-from specdraft.warehouse.connection import Warehouse
+from specdraft.errors import SpecdraftError
+from specdraft.warehouse.connection import Warehouse, fetched
 
 
 def default_dataset(wh: Warehouse) -> str | None:
@@ -54,10 +52,7 @@ def run_query(warehouse: Path, text: str, fmt: str = "table", output: Path | Non
         relation = wh.run_text(text)
         if relation is None:  # a statement without a result (with --write)
             return
-        try:
-            frame = as_text_where_needed(relation, fmt).pl()
-        except duckdb.Error as exc:
-            raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
+        frame = fetched(lambda: as_text_where_needed(relation, fmt).pl())
     if fmt == "parquet":
         with files.atomic_path(output) as partial:
             frame.write_parquet(partial)

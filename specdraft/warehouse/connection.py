@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,16 +141,25 @@ RESERVED_SCHEMAS = ("main", "temp", "system", "information_schema", "pg_catalog"
 
 
 def check_dataset_name(name: str) -> str:
-    """`name` if a dataset may be called so (its tables' schema), else a SpecdraftError.
+    """`name`, unless the warehouse or DuckDB holds a schema of that name, which a dataset's
+    tables cannot take (use_dataset then quotes it, which checks its characters).
 
     >>> check_dataset_name("gsm8k")
     'gsm8k'
     """
-    quote_identifier(name)
     if name.lower() in RESERVED_SCHEMAS:
         raise SpecdraftError(f"dataset name {name!r} is reserved (the warehouse's catalog or DuckDB's own: "
                              f"{', '.join(RESERVED_SCHEMAS)}); choose another with --name")
     return name
+
+
+def fetched(fetch: Callable[[], Any]) -> Any:
+    """fetch()'s result, for an analyst's SQL: a DuckDB error, whether parsing, binding (run_text)
+    or as the rows are read (a failed cast, error()), as one line, `query failed: ...`."""
+    try:
+        return fetch()
+    except duckdb.Error as exc:
+        raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
 
 
 @dataclass
@@ -438,15 +447,16 @@ class Warehouse:
         DuckDB's read-only mode guards the database file, not a COPY over the traces Parquet."""
         if params is not None and not isinstance(params, list | tuple | dict):
             raise SpecdraftError(f"query parameters must be a list, tuple or dict, not {type(params).__name__}")
-        try:
+
+        def run():
             if self.read_only:
                 writes = [s.type.name for s in duckdb.extract_statements(text) if s.type in FILE_WRITING_STATEMENTS]
                 if writes:
                     raise SpecdraftError(f"{writes[0]} writes files; the warehouse is open read-only "
                                          "(`specdraft sql --write` may write)")
             return self.con.sql(text, params=params)
-        except duckdb.Error as exc:
-            raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
+
+        return fetched(run)
 
     def materialize(
         self,

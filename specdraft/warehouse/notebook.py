@@ -15,11 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Self
 
-import duckdb
-
-from specdraft.errors import SpecdraftError, first_line
+from specdraft.errors import SpecdraftError
 from specdraft.warehouse.analysis import default_dataset
-from specdraft.warehouse.connection import Warehouse
+from specdraft.warehouse.connection import Warehouse, fetched
 
 RUN_COLUMNS = ("run_id", "created_at", "dataset", "preset", "tokenizer", "selected_avg_accepted",
                "oracle_best_avg_accepted", "decode_step_avg_accepted", "eval_positions")
@@ -52,12 +50,12 @@ class WarehouseReader:
     def sql(self, query: str, params: list | dict | None = None):
         """The query's rows as a polars DataFrame."""
         with self._open(self.dataset) as wh:
-            return _fetched(lambda: self._relation(wh, query, params).pl())
+            return fetched(lambda: self._relation(wh, query, params).pl())
 
     def arrow(self, query: str, params: list | dict | None = None):
         """The query's rows as a pyarrow Table."""
         with self._open(self.dataset) as wh:
-            return _fetched(lambda: self._relation(wh, query, params).to_arrow_table())
+            return fetched(lambda: self._relation(wh, query, params).to_arrow_table())
 
     def runs(self):
         """Every recorded run, newest first: its id, dataset, preset and headline figures (the
@@ -95,15 +93,6 @@ class WarehouseReader:
 
     def __repr__(self) -> str:
         return f"<specdraft warehouse {self.root} (dataset {self.dataset})>"
-
-
-def _fetched(fetch):
-    """fetch()'s rows; an error DuckDB raises only as the query runs (a failed cast, error()) as
-    the SpecdraftError that parse and bind errors already are."""
-    try:
-        return fetch()
-    except duckdb.Error as exc:
-        raise SpecdraftError(f"query failed: {first_line(exc)}") from exc
 
 
 def open_warehouse(path: str | Path = "warehouse", dataset: str | None = None) -> WarehouseReader:
