@@ -13,9 +13,10 @@ in one transaction, exactly when its key changes, and the kept stages after it w
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT, Warehouse
 DEFAULT_DATASET = "vikhyatk/qwen-math-traces"
 ENGINES = ("duckdb", "spark")
 PACKAGE_DIR = Path(specdraft.__file__).resolve().parent
-# Modules every stage's output depends on, besides its package's.
-SHARED_CODE = ("config.py",)
+# Code every stage's output depends on, besides its package's: these modules, and the packages
+# (specdraft/<package>/ and sql/<package>/) that run every stage's statements.
+SHARED_CODE = ("config.py", "pipeline.py")
+SHARED_PACKAGES = ("warehouse",)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class RunState:
     counters: dict | None = None
     policy: Any = None
     evaluation: Any = None  # policy.evaluate.Evaluation
+    build_keys: dict[str, str] = field(default_factory=dict)  # each kept stage's, as this run used it
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class Stage:
     # the stage's transaction) and returns the key to record, reused while the key holds.
     build: Callable[[RunState, str | None, str], str] | None = None
     settings: tuple[str, ...] = ()  # the RunConfig fields its tables depend on
+    uses: tuple[str, ...] = ()  # other packages whose code its output depends on
     timed: bool = True  # its wall time and peak are in results.json's timings
 
     @property
@@ -180,6 +185,7 @@ def _report(run: RunState) -> dict:
                             evaluation, run.timer.seconds)
     results["peak_rss_bytes_by_stage"] = run.timer.peak_rss_bytes
     results["dropped_empty_completions"] = dropped_traces(run.wh, run.cfg, run.path)
+    results["build_keys"] = dict(run.build_keys)  # what stale_stages compares, for report and export
     if run.leave_one_out:
         with run.timer.stage("leave_one_out"):
             results["leave_one_out"] = run.policy.leave_one_out(run.wh, run.cfg, results)
@@ -196,7 +202,8 @@ STAGES = (
         "max_continuations_per_context", "train_limit", "calibration_limit", "eval_limit", "keep_counts",
         "ngram_contexts",
     )),
-    Stage("candidates", "drafters", output=_candidate_counts, build=_build_candidates, settings=(
+    # the policy's families and features decide which drafts, and which of their features, it builds
+    Stage("candidates", "drafters", uses=("policy",), output=_candidate_counts, build=_build_candidates, settings=(
         "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",
     )),
     Stage("calibrate", "policy", output=_calibrate),
@@ -222,11 +229,12 @@ def _earlier(stage: Stage) -> tuple[Stage, ...]:
 
 def code_fingerprint(stage: Stage) -> str:
     """Changes whenever the Python or SQL of a stage or of an earlier one changes (every file of
-    their packages' folders, specdraft/<package>/ and sql/<package>/), so a rerun after an upgrade
-    rebuilds instead of reusing tables made by older code."""
+    their packages' folders, specdraft/<package>/ and sql/<package>/, those they use, and the
+    shared code), so a rerun after an upgrade rebuilds instead of reusing tables made by older code."""
     files: list[Path] = [PACKAGE_DIR / name for name in SHARED_CODE]
-    for earlier in dict.fromkeys(s.package for s in _earlier(stage)):
-        for root, pattern in ((PACKAGE_DIR / earlier, "*.py"), (sql_files.SQL_DIR / earlier, "*.sql")):
+    packages = [*SHARED_PACKAGES, *(name for s in _earlier(stage) for name in (s.package, *s.uses))]
+    for package in dict.fromkeys(packages):
+        for root, pattern in ((PACKAGE_DIR / package, "*.py"), (sql_files.SQL_DIR / package, "*.sql")):
             files += sorted(root.rglob(pattern))
     digest = hashlib.sha256()
     for file in files:
@@ -239,18 +247,31 @@ def settings_of(stage: Stage) -> tuple[str, ...]:
     return tuple(field for s in _earlier(stage) for field in s.settings)
 
 
-def stale_stages(wh: Warehouse, cfg: RunConfig, tokenizer_fingerprint: str) -> list[str]:
-    """The kept stages whose tables in the warehouse were not built with `cfg`'s settings and
-    tokenizer (a later run rebuilt them): what a run's recorded config no longer describes.
-    The code's fingerprint is not compared (tables of older code are still that run's)."""
+KEY_FIELDS = re.compile(r".*:([^:|]*):([^:|]*):[^:|]*\|traces=")  # a build key's tokenizer and settings
+
+
+def stale_stages(wh: Warehouse, results: dict) -> list[str]:
+    """The kept stages whose tables in the warehouse are no longer those a recorded run used (a
+    later run rebuilt them, for other settings, data or code): what the run's results no longer
+    describe. Runs record each stage's build key (build_keys); for older runs, which did not, the
+    settings and tokenizer they recorded are compared instead."""
+    from specdraft.tables.incremental import same_build
+
+    recorded = results.get("build_keys")
+    if recorded is not None:
+        return [stage.name for stage in STAGES
+                if stage.kept and not same_build(wh.built_with(stage.name), recorded.get(stage.name, ""))]
+    cfg = RunConfig.recorded(results["config"])
+    tokenizer_fingerprint = results["tokenizer"]["fingerprint"]
     stale = []
     for stage in STAGES:
         if not stage.kept:
             continue
         key = wh.built_with(stage.name)
-        # build_key's layout: dataset:source:tokenizer:settings:code|traces=N|version=V...
-        parts = key.split("|", 1)[0].rsplit(":", 3) if key else []
-        if len(parts) != 4 or parts[1:3] != [tokenizer_fingerprint, cfg.fingerprint(*settings_of(stage))]:
+        # build_key's layout: dataset:source:tokenizer:settings:code|traces=N|version=V..., where
+        # the dataset's source (a JSON of paths) may hold ':' and '|', and the last three fields neither
+        fields = KEY_FIELDS.match(key or "")
+        if not fields or list(fields.groups()) != [tokenizer_fingerprint, cfg.fingerprint(*settings_of(stage))]:
             stale.append(stage.name)
     return stale
 
@@ -275,7 +296,7 @@ def _run_stage(stage: Stage, run: RunState):
 
     with run.timer.stage(stage.name) if stage.timed else nullcontext():
         if stage.kept:
-            key = build_key(stage, run)
+            key = run.build_keys[stage.name] = build_key(stage, run)
             built = run.wh.built_with(stage.name)
             if not same_build(built, key):
                 with run.wh.transaction(stage.name):

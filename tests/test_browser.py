@@ -96,7 +96,7 @@ def test_a_run_whose_candidates_were_rebuilt_shows_no_drafts(pages, tmp_path):
     with Browser(tmp_path / "profile") as browser:
         browser.open(pages[3].as_uri())
         assert browser.errors() == []
-        assert "drafts not shown: a later build changed" in browser.evaluate("document.body.innerText")
+        assert "drafts not shown: a later build replaced" in browser.evaluate("document.body.innerText")
         browser.move_pointer(*_token_centre(browser, 30))
         assert "no drafts here" in browser.evaluate("document.getElementById('draft-panel').innerText")
 

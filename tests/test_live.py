@@ -548,17 +548,76 @@ def test_online_replay_is_the_online_runs(tmp_path_factory, default_built):
 
 
 def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
-    """The warehouse keeps one build's tables: a run recorded for other settings (here a run
-    claiming --draft-len 8) no longer has its tables there, and its bundle would be another's."""
+    """The warehouse keeps one build's tables: a run recorded before runs kept their build keys,
+    for other settings (here a run claiming --draft-len 8), no longer has its tables there, and
+    its bundle would be another's."""
     from specdraft.report.results import record_run
 
     root, results = built
     other = tmp_path / "warehouse"
     shutil.copytree(root / "warehouse", other)
+    older = {key: value for key, value in results.items() if key != "build_keys"}
     with Warehouse(other, dataset=DATASET) as wh:
-        record_run(wh, {**results, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
+        record_run(wh, {**older, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
     with pytest.raises(SpecdraftError, match="rebuilt since .*ngram_tables, candidates"):
         export_bundle(other, "older-run", tmp_path / "bundle")
+
+
+def _traces_with_other_responses(source: Path, target: Path) -> None:
+    """The fixture's traces with each split's responses rotated by one row: other data, the
+    same splits, problems and trace counts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    splits, reasoning = table.column("split").to_pylist(), table.column("raw_reasoning").to_pylist()
+    rotated = list(reasoning)
+    for split in set(splits):
+        rows = [i for i, name in enumerate(splits) if name == split]
+        for row, taken in zip(rows, rows[1:] + rows[:1]):
+            rotated[row] = reasoning[taken]
+    pq.write_table(table.set_column(table.schema.get_field_index("raw_reasoning"), "raw_reasoning",
+                                    pa.array(rotated, pa.string())), target)
+
+
+def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
+    """The input file is rewritten with other responses but the same trace counts, and run again
+    (which ingests it afresh): the first run's tables are gone, which the recorded build keys show
+    (its settings and counts alone would not), so its export is refused, not another run's data
+    written under its id; its report leaves its drafts out."""
+    from specdraft.report.results import load_run
+    from specdraft.report.trace_browser import browser_data
+
+    data, root = tmp_path / "in" / "traces.parquet", tmp_path / "warehouse"
+    data.parent.mkdir()
+    shutil.copy(FIXTURE, data)
+    first = run_all(SEED, root, str(data), "unused", name=DATASET)
+    export_bundle(root, first["run_id"], tmp_path / "before")  # its own tables: taken
+    _traces_with_other_responses(FIXTURE, data)
+    second = run_all(SEED, root, str(data), "unused", name=DATASET)
+    assert second["eval_examples"] == first["eval_examples"] and second["selected"] != first["selected"]
+    with pytest.raises(SpecdraftError, match="rebuilt since .*ngram_tables, candidates"):
+        export_bundle(root, first["run_id"], tmp_path / "bundle")
+    export_bundle(root, second["run_id"], tmp_path / "bundle")
+    with Warehouse(root, read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        assert browser_data(wh, load_run(root, first["run_id"]))["drafts_note"].startswith("drafts not shown")
+        assert browser_data(wh, load_run(root, second["run_id"]))["drafts_note"] == ""
+
+
+def test_a_path_with_a_bar_is_its_own_runs(tmp_path):
+    """A '|' in the input's path (which the build keys hold) does not make the run's own tables
+    look rebuilt."""
+    from specdraft.report.results import record_run
+
+    data = tmp_path / "pipe|dir" / "traces.parquet"
+    data.parent.mkdir()
+    shutil.copy(FIXTURE, data)
+    results = run_all(SEED, tmp_path / "warehouse", str(data), "unused", name=DATASET)
+    export_bundle(tmp_path / "warehouse", results["run_id"], tmp_path / "bundle")
+    older = {key: value for key, value in results.items() if key != "build_keys"}  # as a run before them
+    with Warehouse(tmp_path / "warehouse", dataset=DATASET) as wh:
+        record_run(wh, older, run_id="older-run")
+    export_bundle(tmp_path / "warehouse", "older-run", tmp_path / "older-bundle")
 
 
 def test_the_replay_command_prints_its_figures(built):

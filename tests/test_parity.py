@@ -166,9 +166,10 @@ def test_a_changed_policy_setting_rebuilds_no_table(built):
 
 def test_a_changed_code_file_rebuilds_its_stage_and_the_later_ones(tmp_path, monkeypatch):
     """pipeline.code_fingerprint hashes every file of a kept stage's package and of the earlier
-    stages' (specdraft/<package>/ and sql/<package>/). Pointed at a copy of the tree, an edit of one
-    file (a comment) rebuilds the stage whose package it is in and the stages after it, but no
-    earlier stage; a file of a later stage's package, none."""
+    stages' (specdraft/<package>/ and sql/<package>/), of the packages they use (candidates: the
+    policy's families and features), and the shared code. Pointed at a copy of the tree, an edit
+    of one file (a comment) rebuilds the stage whose package it is in and the stages after it, but
+    no earlier stage; a file no stage's tables depend on (the report's), none."""
     from specdraft import pipeline
     from specdraft.warehouse import sql_files
 
@@ -184,7 +185,10 @@ def test_a_changed_code_file_rebuilds_its_stage_and_the_later_ones(tmp_path, mon
                            ("sql/tables/exact_continuations.sql", {"ngram_tables", "candidates"}),
                            ("specdraft/tables/spark.py", {"ngram_tables", "candidates"}),
                            ("specdraft/config.py", {"ngram_tables", "candidates"}),
-                           ("sql/policy/eval_traces.sql", set()),
+                           ("specdraft/policy/confidence.py", {"candidates"}),
+                           ("sql/policy/eval_traces.sql", {"candidates"}),
+                           ("specdraft/warehouse/connection.py", {"ngram_tables", "candidates"}),
+                           ("specdraft/pipeline.py", {"ngram_tables", "candidates"}),
                            ("specdraft/report/charts.py", set())):
         before = build_state(root)
         with (tree / edited).open("a") as f:

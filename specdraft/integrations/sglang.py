@@ -62,7 +62,7 @@ def export_sglang_corpus(warehouse: Path, run_id: str | None, out: Path) -> dict
                "bytes": 0}
     digest = hashlib.sha256()
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
-        check_tables_are_the_runs(wh, cfg, results)
+        check_tables_are_the_runs(wh, results)
         traces = wh.query("integrations/corpus_traces").to_arrow_table()
     # Arrow holds the tokens compactly; Python lists are made a batch of traces at a time
     with atomic_path(out) as partial, open(partial, "wb") as f:

@@ -96,7 +96,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     # support drafted the most frequent continuation)
     by_support = (results.get("policy") or {}).get("ngram_choice") == "support"
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
-        check_tables_are_the_runs(wh, cfg, results)
+        check_tables_are_the_runs(wh, results)
         if not ranks_every_context(wh):  # a live prompt may hit any context: rank them all
             # (the two most frequent, or as many as the choice by support reads)
             rank_continuations_here(wh, cfg, top_k=cfg.max_continuations_per_context if by_support else 2)
@@ -142,11 +142,12 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
     return manifest
 
 
-def check_tables_are_the_runs(wh, cfg: RunConfig, results: dict) -> None:
-    """The warehouse holds one build's tables: those of the run's settings, or a later run's."""
+def check_tables_are_the_runs(wh, results: dict) -> None:
+    """The warehouse still holds the tables the run used, not a later build's (for other
+    settings, data or code)."""
     from specdraft.pipeline import stale_stages
 
-    stale = stale_stages(wh, cfg, results["tokenizer"]["fingerprint"])
+    stale = stale_stages(wh, results)
     stats = {split: traces for split, traces, *_ in wh.query("tables/trace_stats").fetchall()}
     counts = {split: results.get(f"{split}_examples") for split in ("train", "calibration", "eval")}
     if stale or any(stats.get(split, 0) != n for split, n in counts.items()):

@@ -45,7 +45,7 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
         raise SpecdraftError(f"{bundle}: exported from run {drafter.run_id}, not run {results['run_id']}; "
                              "name the bundle's run or export this one")
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
-        check_tables_are_the_runs(wh, drafter.config, results)
+        check_tables_are_the_runs(wh, results)
         traces = wh.query("live/replay_traces").to_arrow_table()
         chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
     prompts = traces.column("prompt_len").to_pylist()

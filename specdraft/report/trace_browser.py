@@ -6,8 +6,9 @@ BOTTOM worst traces by mean accepted and a SAMPLE of the rest (seeded), or all w
 `specdraft report --all-traces`. Each position's drafts come from the warehouse's candidates
 table, scored as the run's policy scores them: --preset default's confidence model (the run's
 recorded trees, as expected accepted tokens), --preset seed's calibrated source averages. The
-candidates table holds the latest build's drafts: for a run whose settings a later build changed,
-the page shows the text and choices but no drafts, and says why.
+candidates table holds the latest build's drafts: for a run whose tables a later build replaced
+(other settings, data or code: the run's recorded build keys, pipeline.stale_stages), the page
+shows the text and choices but no drafts, and says why.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
     chosen = _embedded(listing, all_traces)
     wh.register("browser_traces", pa.table({"trace_id": pa.array(sorted(chosen), pa.int64())}))
     tokens = wh.query("report/browser_tokens", {"run_id": run_id}).to_arrow_table()
-    cfg = RunConfig.recorded(results["config"])
-    stale = "candidates" in stale_stages(wh, cfg, results["tokenizer"]["fingerprint"])
+    stale = "candidates" in stale_stages(wh, results)
     drafts = None if stale else _scored_drafts(wh, results)
     sources: dict[str, int] = {}
     traces = {trace_id: {"id": trace_id, "tokens": [], "chosen": [], "drafts": []} for trace_id in chosen}
@@ -65,10 +65,11 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
     return {
         "run_id": run_id,
         "preset": results.get("preset"),
-        "draft_len": results.get("draft_len", cfg.draft_len),
+        "draft_len": results.get("draft_len", RunConfig.recorded(results["config"]).draft_len),
         "score": "expected accepted tokens (the confidence model)" if results.get("preset") == "default"
                  else "the seed policy's score (calibrated source average)",
-        "drafts_note": ("drafts not shown: a later build changed the candidates table's settings" if stale else ""),
+        "drafts_note": ("drafts not shown: a later build replaced the candidates table (other settings, data or code)"
+                        if stale else ""),
         "sources": list(sources),
         "list": [[t, n, round(m, 4), round(o, 4), t in traces] for t, n, m, o in listing],
         "traces": [traces[t] for t in sorted(traces)],
