@@ -57,7 +57,8 @@ def source_options(func):
         click.option("--dataset", default=DEFAULT_DATASET, show_default=True,
                      help="Hugging Face dataset id, used when --data is not given."),
         click.option("--name", default=None,
-                     help="Dataset name in the warehouse (default: the file stem or the hub id's last part)."),
+                     help="Dataset name in the warehouse (default: the file's stem, the folder of several files, or the "
+                          "hub id's last part)."),
         click.option("--problem-column", default="problem", show_default=True, help="Column with the prompt."),
         click.option("--problem-source-column", default="problem_source", show_default=True,
                      help="Optional column appended to the prompt after a blank line."),

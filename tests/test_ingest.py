@@ -92,6 +92,26 @@ def test_one_file_per_split_as_list_and_directory(tmp_path, ext):
     assert rows_of(read_traces([tmp_path])) == EXPECTED
 
 
+def test_a_dataset_of_files_per_split_is_known_by_what_the_reader_reads(tmp_path):
+    """Several files, one per split, are named for their folder, in any order (they were named
+    for the last one: two datasets' eval.parquet both made 'eval', one replacing the other), and
+    their signature is the same in any order; a directory's ignores the files its reader skips
+    (a README beside the data made the stored dataset, and its appends, look replaced)."""
+    from specdraft.sources.dataset import dataset_name_for, source_signature
+
+    folder = tmp_path / "set-a"
+    folder.mkdir()
+    paths = [str(write(folder / f"{split}.parquet", [r for r in ROWS if r["split"] == split])) for split in SPLITS]
+    assert dataset_name_for(paths, "unused") == dataset_name_for(paths[::-1], "unused") == "set_a"
+    assert source_signature(paths, "unused", None) == source_signature(paths[::-1], "unused", None)
+    with pytest.raises(SpecdraftError, match="3 files in 2 folders; name the dataset with --name"):
+        dataset_name_for([*paths[:2], str(tmp_path / "elsewhere" / "eval.parquet")], "unused")
+    before = source_signature(str(folder), "unused", None)
+    (folder / "README.txt").write_text("notes")
+    (folder / ".partial.parquet").write_text("")
+    assert source_signature(str(folder), "unused", None) == before
+
+
 def test_mixed_formats_per_split(tmp_path):
     def rows_for(split):
         return [{k: v for k, v in r.items() if k != "split"} for r in ROWS if r["split"] == split]

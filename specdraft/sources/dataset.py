@@ -12,11 +12,26 @@ from specdraft.warehouse.catalog import catch_up, is_cataloged, register_dataset
 from specdraft.warehouse.connection import Warehouse
 
 
-def dataset_name_for(data: str | None, dataset: str) -> str:
-    """A table-safe dataset name: the local file's stem, or the hub id's last part."""
+def dataset_name_for(data: str | list[str] | None, dataset: str) -> str:
+    """A table-safe dataset name: the local file's stem (a directory's name), the folder that
+    holds several files (one per split), or the hub id's last part. Several files in different
+    folders have no name of their own: --name gives one.
+
+    >>> dataset_name_for(["runs/a/eval.jsonl", "runs/a/train.jsonl"], "unused"), dataset_name_for(None, "org/my-set")
+    ('a', 'my_set')
+    """
+    import os
     import re
 
-    base = Path(str(data)).stem if data else dataset.rsplit("/", 1)[-1]
+    if not data:
+        base = dataset.rsplit("/", 1)[-1]
+    elif isinstance(data, (str, os.PathLike)):
+        base = Path(data).stem
+    else:
+        folders = {Path(path).absolute().parent for path in data}
+        if len(folders) > 1:
+            raise SpecdraftError(f"--data: {len(data)} files in {len(folders)} folders; name the dataset with --name")
+        base = folders.pop().name
     name = re.sub(r"[^A-Za-z0-9_]", "_", base).strip("_") or "dataset"
     return name if name[0].isalpha() else f"d_{name}"
 
@@ -88,12 +103,15 @@ def source_signature(data: str | None, dataset: str, columns) -> str:
     import json
     import os
 
+    from specdraft.sources.ingest import directory_files
+
     if data is None:
         return json.dumps({"hub": dataset, "columns": repr(columns)})
     paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     stats = []
     for p in paths:
         p = Path(p)
-        files = sorted(p.iterdir()) if p.is_dir() else [p]
+        files = directory_files(p) if p.is_dir() else [p]  # the files the reader reads
         stats += [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
-    return json.dumps({"files": stats, "columns": repr(columns)})
+    # sorted: the reader tells one split's file from another's by its name, not by the flags' order
+    return json.dumps({"files": sorted(stats), "columns": repr(columns)})

@@ -141,7 +141,7 @@ def _local_splits(data, columns: ColumnMap, every_split: bool = True) -> dict[st
     if not paths:
         raise SpecdraftError("--data names no files")
     if len(paths) == 1 and paths[0].is_dir():
-        paths = _directory_files(paths[0])
+        paths = directory_files(paths[0])
     elif len(paths) == 1:
         frame = _check_columns(_read_file(paths[0]), str(paths[0]), columns, split=True)
         return _split_by_column(frame, str(paths[0]), columns.split)
@@ -165,7 +165,7 @@ def _local_splits(data, columns: ColumnMap, every_split: bool = True) -> dict[st
     }
 
 
-def _directory_files(directory: Path) -> list[Path]:
+def directory_files(directory: Path) -> list[Path]:
     files = sorted(
         p
         for p in directory.iterdir()
