@@ -185,12 +185,11 @@ def _report(run: RunState) -> dict:
                             evaluation, run.timer.seconds)
     results["peak_rss_bytes_by_stage"] = run.timer.peak_rss_bytes
     results["dropped_empty_completions"] = dropped_traces(run.wh, run.cfg, run.path)
-    results["build_keys"] = dict(run.build_keys)  # what stale_stages compares, for report and export
     if run.leave_one_out:
         with run.timer.stage("leave_one_out"):
             results["leave_one_out"] = run.policy.leave_one_out(run.wh, run.cfg, results)
     with run.wh.transaction("record_run"):
-        record_run(run.wh, results, run.run_id, evaluation.positions, run.policy.model_table())
+        record_run(run.wh, results, run.run_id, evaluation.positions, run.policy.model_table(), run.build_keys)
     return results
 
 
@@ -253,14 +252,15 @@ KEY_FIELDS = re.compile(r".*:([^:|]*):([^:|]*):[^:|]*\|traces=")  # a build key'
 def stale_stages(wh: Warehouse, results: dict) -> list[str]:
     """The kept stages whose tables in the warehouse are no longer those a recorded run used (a
     later run rebuilt them, for other settings, data or code): what the run's results no longer
-    describe. Runs record each stage's build key (build_keys); for older runs, which did not, the
+    describe. Runs record each stage's build key (run_builds); for older runs, which did not, the
     settings and tokenizer they recorded are compared instead."""
     from specdraft.tables.incremental import same_build
 
-    recorded = results.get("build_keys")
-    if recorded is not None:
-        return [stage.name for stage in STAGES
-                if stage.kept and not same_build(wh.built_with(stage.name), recorded.get(stage.name, ""))]
+    if wh.has_table("run_builds"):
+        recorded = dict(wh.query("report/run_build_keys", {"run_id": results["run_id"]}).fetchall())
+        if recorded:
+            return [stage.name for stage in STAGES
+                    if stage.kept and not same_build(wh.built_with(stage.name), recorded.get(stage.name, ""))]
     cfg = RunConfig.recorded(results["config"])
     tokenizer_fingerprint = results["tokenizer"]["fingerprint"]
     stale = []

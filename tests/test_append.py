@@ -292,6 +292,39 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_complete(ingested):
         assert con.execute("select count(*) from ds.selected_traces").fetchall()[0][0] == rows
 
 
+def _catalog(root) -> list[tuple]:
+    with Warehouse(root, read_only=True) as wh:
+        return wh.run_text("select traces, source from main.dataset_versions where name = 'ds' "
+                           "order by ingested_at").fetchall()
+
+
+def test_an_append_after_a_killed_write_records_every_version(tmp_path):
+    """Killed between the traces file's rename and the catalog's commit, an ingest or an append
+    left its version out of the catalog; the next command, an append too, records it (and the
+    vocab table a killed ingest never made) before its own, so the catalog ends as the clean
+    commands' does. It recorded only its own version: the ingest's, or the first append's, row
+    was missing for good, and a later run then recorded the ingest with the appended count."""
+    base, first, second, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6}, {"train": 36})
+    clean, root = tmp_path / "clean", tmp_path / "wh"
+    for command in (("ingest", "--data", base), ("ingest", "--append", "--data", first),
+                    ("ingest", "--append", "--data", second)):
+        assert cli(*command, "--name", "ds", "--warehouse", clean).exit_code == 0
+    expected = [traces for traces, _ in _catalog(clean)]
+    assert len(expected) == 3
+    args = ["--name", "ds", "--warehouse", str(root)]
+    assert killed_at("write:ds.parquet:after_rename", "ingest", "--data", str(base), *args).returncode == -9
+    assert killed_at("write:ds.parquet:after_rename", "ingest", "--append", "--data", str(first), *args).returncode == -9
+    assert cli("ingest", "--append", "--data", second, *args).exit_code == 0
+    catalog = _catalog(root)
+    assert [traces for traces, _ in catalog] == expected
+    assert [json.loads(source)["splits"] for _, source in catalog[1:]] == [
+        json.loads(source)["splits"] for _, source in _catalog(clean)[1:]]
+    with Warehouse(root, read_only=True, dataset="ds") as wh:
+        assert wh.row_count("vocab") > 0
+    run_all(RunConfig(preset="seed", **SMALL), root, None, "unused", name="ds")
+    assert _catalog(root) == catalog  # the run found it up to date
+
+
 def test_a_changed_original_input_replaces_the_dataset_and_its_appends(tmp_path):
     """`run --data ORIGINAL` after ORIGINAL changed: the dataset is ingested afresh from it, its
     appends are gone, the catalog records the new version, and the tables equal a fresh run's."""

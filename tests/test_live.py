@@ -556,9 +556,8 @@ def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
     root, results = built
     other = tmp_path / "warehouse"
     shutil.copytree(root / "warehouse", other)
-    older = {key: value for key, value in results.items() if key != "build_keys"}
     with Warehouse(other, dataset=DATASET) as wh:
-        record_run(wh, {**older, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
+        record_run(wh, {**results, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
     with pytest.raises(SpecdraftError, match="rebuilt since .*ngram_tables, candidates"):
         export_bundle(other, "older-run", tmp_path / "bundle")
 
@@ -614,9 +613,8 @@ def test_a_path_with_a_bar_is_its_own_runs(tmp_path):
     shutil.copy(FIXTURE, data)
     results = run_all(SEED, tmp_path / "warehouse", str(data), "unused", name=DATASET)
     export_bundle(tmp_path / "warehouse", results["run_id"], tmp_path / "bundle")
-    older = {key: value for key, value in results.items() if key != "build_keys"}  # as a run before them
     with Warehouse(tmp_path / "warehouse", dataset=DATASET) as wh:
-        record_run(wh, older, run_id="older-run")
+        record_run(wh, dict(results), run_id="older-run")  # as runs before run_builds: no build keys
     export_bundle(tmp_path / "warehouse", "older-run", tmp_path / "older-bundle")
 
 

@@ -212,7 +212,7 @@ VOLATILE_RESULTS = ("run_id", "timings_s", "peak_rss_bytes_by_stage")
 VOLATILE_COLUMNS = ("run_id",)  # and every timestamp column
 # Every `run` records a run: rerun after a kill that came after the record, it records another one
 # like it. Stable digests of these tables cover their distinct rows: the same runs, once or more.
-HISTORY = ("runs", "eval_positions")
+HISTORY = ("runs", "eval_positions", "run_builds")
 # A kill between a traces file's rename and the catalog's commit leaves the new file and the old
 # catalog (two stores, one rename): the next run sees that the catalog's latest row is not the
 # file's latest version (warehouse/catalog.is_cataloged) and records it as the killed command would

@@ -87,13 +87,18 @@ def new_run_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None, model=None) -> str:
+def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None, model=None,
+               build_keys: dict[str, str] | None = None) -> str:
     """Add the run to the warehouse's runs table (and its eval positions to the dataset's
-    eval_positions table, its policy's model table, if any, to policy_trees); results["run_id"]
-    is set."""
+    eval_positions table, its policy's model table, if any, to policy_trees, the build key of
+    each kept stage's tables it used to run_builds); results["run_id"] is set."""
     import pyarrow as pa
 
     results["run_id"] = run_id or new_run_id()
+    if build_keys:
+        wh.store("run_builds", pa.table({"run_id": [results["run_id"]] * len(build_keys),
+                                         "stage": list(build_keys), "build_key": list(build_keys.values())}),
+                 append=True)
     if model is not None:
         run_ids = pa.array([results["run_id"]] * model.num_rows, pa.string())
         wh.store("policy_trees", model.add_column(0, "run_id", run_ids), append=True)

@@ -7,7 +7,7 @@ tables were built from keeps its id and train order; the next build updates the 
 appended traces alone (incremental.py). The traces Parquet is rewritten to a temporary file and
 renamed, inside the transaction that records the append in main.dataset_versions: a failure or a
 kill leaves the dataset as it was, or (killed between the rename and the commit) complete, the
-next run recording it in the catalog (warehouse/catalog.catch_up).
+next run or append recording it in the catalog (warehouse/catalog.catch_up).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.measure.timer import StageTimer
 from specdraft.sources.dataset import source_signature
-from specdraft.warehouse.catalog import record_dataset_version, version_record
+from specdraft.warehouse.catalog import catch_up, is_cataloged, record_dataset_version, version_record
 from specdraft.warehouse.connection import Warehouse
 
 
@@ -43,6 +43,8 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
         raise SpecdraftError(f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; cannot "
                              f"append with {cfg.tokenizer} (a different vocabulary): pass --tokenizer "
                              f"{meta.get('tokenizer')}")
+    if not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
+        catch_up(wh, name, path, meta, tokenizer)  # an ingest or append killed before its catalog's commit
     source = source_signature(data, dataset, columns)
     if source in [meta.get("source"), *(a["source"] for a in meta.get("appends", []))]:
         raise SpecdraftError(f"{data}: already in dataset {name!r} (ingested or appended, unchanged since)")

@@ -44,23 +44,34 @@ def version_record(meta: dict) -> tuple[int, str | None]:
 
     >>> version_record({"rows": 7, "source": "s"})
     (7, 's')
-    >>> version_record({"rows": 7, "appends": [{"version": "ab", "first_trace_id": 5, "splits": {"train": 2},
-    ...                                         "source": "t"}]})[1]
+    >>> version_record({"rows": 7, "appends": [{"version": "ab", "first_trace_id": 5, "traces": 2,
+    ...                                         "splits": {"train": 2}, "source": "t"}]})[1]
     '{"append": "ab", "first_trace_id": 5, "splits": {"train": 2}, "source": "t"}'
     """
-    appends = meta.get("appends")
-    if not appends:
-        return meta.get("rows"), meta.get("source")
-    last = appends[-1]
-    record = {"append": last["version"], "first_trace_id": last["first_trace_id"], "splits": last["splits"],
-              "source": last["source"]}
-    return meta.get("rows"), json.dumps(record)
+    return version_records(meta)[-1]
+
+
+def version_records(meta: dict) -> list[tuple[int, str | None]]:
+    """(traces, source) of the catalog rows of every version of a traces file, oldest first: its
+    ingest's, then each append's.
+
+    >>> version_records({"rows": 7, "source": "s", "appends": [{"version": "ab", "first_trace_id": 5, "traces": 2,
+    ...                                                          "splits": {"train": 2}, "source": "t"}]})[0]
+    (5, 's')
+    """
+    appends = meta.get("appends", [])
+    records = [(appends[0]["first_trace_id"] if appends else meta.get("rows"), meta.get("source"))]
+    for added in appends:
+        record = {"append": added["version"], "first_trace_id": added["first_trace_id"], "splits": added["splits"],
+                  "source": added["source"]}
+        records.append((added["first_trace_id"] + added["traces"], json.dumps(record)))
+    return records
 
 
 def is_cataloged(wh: Warehouse, name: str, meta: dict) -> bool:
     """Does the catalog's latest row for `name` record the traces file's latest version? Not when
-    a run or an append was killed between the file's rename and the catalog's commit: then the
-    next run records it (catch_up)."""
+    an ingest or an append was killed between the file's rename and the catalog's commit: then
+    the next run, or append, records it (catch_up)."""
     if not wh.has_table("dataset_versions", "main"):
         return False
     rows = wh.query("warehouse/dataset_version", {"name": name}).fetchall()
@@ -68,9 +79,19 @@ def is_cataloged(wh: Warehouse, name: str, meta: dict) -> bool:
 
 
 def catch_up(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
-    """Record the traces file's latest version, as the ingest or append that wrote it would have."""
-    if meta.get("appends") and wh.has_table("vocab"):
-        with wh.transaction("append"):
-            record_dataset_version(wh, name, path, meta, version_record(meta)[1])
-    else:
-        register_dataset(wh, name, path, meta, tokenizer)
+    """Record the traces file's versions the catalog lacks (those after the longest run of its
+    latest rows that they begin with), as the ingest or appends that wrote them would have, and
+    the dataset's vocab table and macro if they are missing."""
+    wanted = version_records(meta)
+    recorded = []
+    if wh.has_table("dataset_versions", "main"):
+        recorded = [tuple(row) for row in wh.query("warehouse/dataset_history", {"name": name}).fetchall()]
+    known = next((k for k in range(min(len(wanted), len(recorded)), 0, -1) if recorded[-k:] == wanted[:k]), 0)
+    with wh.transaction("append"):  # what the killed ingest or appends would have committed
+        if not wh.has_table("vocab"):
+            from specdraft.sources.tokenizer import vocab_table
+
+            wh.store("vocab", vocab_table(tokenizer))
+            wh.create_text_macro()
+        for traces, source in wanted[known:]:
+            record_dataset_version(wh, name, path, {**meta, "rows": traces}, source)
