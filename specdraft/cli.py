@@ -133,6 +133,11 @@ def _inputs(warehouse: str, memory_limit, debug, kwargs: dict, **source):
                      spark_master=kwargs.pop("spark_master", None), **source)
 
 
+# What DuckDB raises, a plain RuntimeError, when Ctrl-C (SIGINT) stops one of its statements: the
+# KeyboardInterrupt Python would raise there is consumed by DuckDB.
+DUCKDB_INTERRUPTED = "Query interrupted"
+
+
 def handle_errors(func):
     """One clear line and exit code 1 for data and SQL errors, and for paths the system refuses;
     --debug shows the traceback."""
@@ -158,6 +163,11 @@ def handle_errors(func):
             click.echo(f"specdraft: error: {where}: {exc.strerror}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
+            click.echo("specdraft: interrupted", err=True)
+            sys.exit(130)
+        except RuntimeError as exc:
+            if str(exc) != DUCKDB_INTERRUPTED:
+                raise
             click.echo("specdraft: interrupted", err=True)
             sys.exit(130)
         except duckdb.OutOfMemoryException as exc:

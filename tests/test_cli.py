@@ -284,3 +284,36 @@ def test_sql_is_read_only_unless_write(tmp_path):
     assert sql("insert into notes values (2)", "--write").exit_code == 0
     assert notes() == "n\n1\n2\n"
     assert sql("select n from mini.notes order by n").stdout == notes()
+
+
+def test_ctrl_c_inside_a_duckdb_statement_is_one_line():
+    """Ctrl-C (SIGINT) while DuckDB runs a statement reaches the command as DuckDB's own
+    RuntimeError('Query interrupted'), not KeyboardInterrupt: it printed a traceback and exited
+    1. Here a real statement is interrupted once DuckDB reports it running (query_progress), not
+    after a fixed sleep."""
+    import os
+    import signal
+    import threading
+
+    import click
+    import duckdb
+
+    from specdraft.cli import handle_errors
+
+    con = duckdb.connect()
+    con.execute("set enable_progress_bar = true")  # (query_progress is -1 without it)
+    con.execute("set enable_progress_bar_print = false")
+
+    def interrupt_once_running() -> None:
+        while con.query_progress() <= 0:  # -1: no statement running yet
+            threading.Event().wait(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    @click.command()
+    @handle_errors
+    def endless() -> None:
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        con.execute("select count(*) from range(1000000000000) t(x) where x % 7 = 3").fetchall()
+
+    result = CliRunner().invoke(endless, [])
+    assert (result.exit_code, result.output) == (130, "specdraft: interrupted\n")
