@@ -317,3 +317,17 @@ def test_ctrl_c_inside_a_duckdb_statement_is_one_line():
 
     result = CliRunner().invoke(endless, [])
     assert (result.exit_code, result.output) == (130, "specdraft: interrupted\n")
+
+
+def test_the_spark_engine_without_its_extra_is_one_line(tmp_path, monkeypatch):
+    """`--engine spark` on a core install (no sqlglot, no pyspark: the spark extra's) names the
+    extra in one line; the module's import of sqlglot failed with a 40-line traceback."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sqlglot", None)  # as not installed: importing it raises ImportError
+    monkeypatch.delitem(sys.modules, "specdraft.tables.spark", raising=False)
+    data = _mini_traces(tmp_path)
+    result = CliRunner().invoke(main, ["build", "--data", str(data), "--engine", "spark",
+                                       "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "--engine spark needs the spark extra: pip install 'specdraft[spark]'" in result.output

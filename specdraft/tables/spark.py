@@ -22,10 +22,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from specdraft.errors import SpecdraftError, first_line
+
+try:
+    import sqlglot
+    from sqlglot import exp
+except ImportError as exc:  # the spark extra's; the core install has neither
+    raise SpecdraftError("--engine spark needs the spark extra: pip install 'specdraft[spark]'") from exc
 from specdraft.warehouse.connection import Warehouse, size_bytes
 from specdraft.warehouse.sql_files import load_sql
 
@@ -133,8 +136,8 @@ def start_spark(master: str | None = None, memory: str = "4g", local_dir: Path |
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     try:
         from pyspark.sql import SparkSession
-    except ImportError as exc:  # pragma: no cover - pyspark is a declared dependency
-        raise SpecdraftError("--engine spark needs pyspark: pip install 'specdraft[spark]'") from exc
+    except ImportError as exc:
+        raise SpecdraftError("--engine spark needs the spark extra: pip install 'specdraft[spark]'") from exc
     builder = (
         SparkSession.builder.master(master)
         .appName("specdraft")
