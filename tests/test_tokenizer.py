@@ -200,6 +200,27 @@ def test_unknown_name_fails_clearly_without_network(hub_offline):
     assert "Qwen2" in message
 
 
+def test_an_unreachable_hub_is_not_asked_for_a_tokenizer(monkeypatch):
+    """Without HF_HUB_OFFLINE, a hub id that is not a Qwen name is looked up in the local cache
+    only when the hub cannot be reached (the check `run` makes for datasets): its client opened
+    connections and retried for 49 s before the same one-line error."""
+    import socket
+
+    from specdraft.sources import ingest
+
+    attempts = []
+
+    def refuse(host, *args, **kwargs):  # every connection starts by resolving its host
+        attempts.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "no network")
+
+    monkeypatch.setattr(ingest, "_hub_reachable", lambda: False)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    with pytest.raises(SpecdraftError, match="someorg/not-a-real-model.*hub cannot be reached"):
+        load_tokenizer("someorg/not-a-real-model")
+    assert attempts == []
+
+
 def test_missing_local_path_fails_clearly(hub_offline, tmp_path):
     missing = str(tmp_path / "no" / "tokenizer")
     with pytest.raises(SpecdraftError) as info:

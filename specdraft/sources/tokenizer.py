@@ -429,10 +429,19 @@ def _offline_qwen(name: str) -> OfflineQwenTokenizer:
 
 
 def _load_hf(name: str) -> HFTokenizer:
+    from huggingface_hub import constants
+
+    from specdraft.sources.ingest import _hub_reachable  # the check `run` makes for datasets
+
+    # unreachable, the hub is not asked at all (offline mode, the cache only): its client retried
+    # for 49 s before failing
+    offline = not os.path.exists(name) and not _hub_reachable()
+    saved = constants.HF_HUB_OFFLINE
     try:
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(name)
+        constants.HF_HUB_OFFLINE = saved or offline
+        hf = AutoTokenizer.from_pretrained(name, local_files_only=offline)
     except (OSError, ValueError) as exc:
         cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _looks_like_path(name):
@@ -445,6 +454,8 @@ def _load_hf(name: str) -> HFTokenizer:
         raise SpecdraftError(
             f"{where} ({cause}); Qwen2/Qwen2.5 and Qwen3.5/Qwen3.6 names such as {DEFAULT_TOKENIZER} work offline"
         ) from exc
+    finally:
+        constants.HF_HUB_OFFLINE = saved
     return HFTokenizer(name, hf)
 
 
