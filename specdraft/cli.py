@@ -420,8 +420,9 @@ def report(run_id, warehouse, out, all_traces, debug) -> None:
     click.echo(f"wrote {Path(out) / 'report.html'}", err=True)
 
 
-@main.command()
-@click.argument("query", required=False)
+# a QUERY may open with a SQL comment (-- ...), which click would otherwise take for an option
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("query", nargs=-1)
 @click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False),
               help="Run the SQL in this file instead of QUERY.")
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
@@ -444,7 +445,17 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
     """
     from specdraft.warehouse.analysis import run_query
 
-    if (query is None) == (sql_file is None):
+    # ignore_unknown_options passes a mistyped option on as a word of QUERY: a word that starts
+    # with '-' and holds no space is one
+    unknown = next((word for word in query if word.startswith("-") and not any(c.isspace() for c in word)), None)
+    if unknown is not None:
+        raise click.UsageError(f"No such option: {unknown}")
+    if len(query) > 1:
+        raise click.UsageError(f"give one QUERY, quoted (got {len(query)} words)")
+    query = query[0] if query else None
+    if query is None and sql_file is None:
+        raise click.UsageError("give a QUERY or --file")
+    if query is not None and sql_file is not None:
         raise click.UsageError("give a QUERY or --file, not both")
     text = Path(sql_file).read_text() if sql_file else query
     if not text.strip():

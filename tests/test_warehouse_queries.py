@@ -361,7 +361,14 @@ def test_sql_command_formats(warehouse, tmp_path):
     assert parquet.exit_code == 0 and parquet.stdout == ""
     assert pl.read_parquet(out).columns == ["source", "n"]
     assert runner.invoke(main, [*base, "--format", "parquet", query]).exit_code == 1  # needs -o
-    assert runner.invoke(main, [*base]).exit_code == 2  # no query
+    nothing = runner.invoke(main, [*base])
+    assert nothing.exit_code == 2 and "give a QUERY or --file" in nothing.stderr and "not both" not in nothing.stderr
+    # a query that opens with a SQL comment (as the README's do) is a query, not an option; a
+    # word that only looks like an option still is one
+    commented = runner.invoke(main, [*base, "--format", "csv", f"-- the sources\n{query}"])
+    assert commented.exit_code == 0 and commented.stdout == csv.stdout
+    typo = runner.invoke(main, [*base, "--fromat", "csv", query])
+    assert typo.exit_code == 2 and "No such option: --fromat" in typo.stderr
     bad = runner.invoke(main, [*base, "select * from no_such_table"])
     assert bad.exit_code == 1 and bad.stderr.count("\n") == 1 and "no_such_table" in bad.stderr
 
