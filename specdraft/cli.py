@@ -233,7 +233,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 
 
 @main.command()
-@click.option("--traces", "n_traces", type=int, default=3000, show_default=True,
+@click.option("--traces", "n_traces", type=click.IntRange(min=1), default=3000, show_default=True,
               help="How many synthetic traces to generate.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the generator.")
 @config_options
@@ -474,7 +474,8 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
 def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
-    """Show what every source would propose after TEXT: drafts as text, with counts and context lengths."""
+    """Show what the table sources would propose after TEXT (the in-text copy, the n-gram's
+    continuations at each length, the backoff walk): drafts as text, with counts and context lengths."""
     import json
 
     from specdraft.config import RunConfig

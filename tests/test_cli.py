@@ -331,3 +331,9 @@ def test_the_spark_engine_without_its_extra_is_one_line(tmp_path, monkeypatch):
                                        "--warehouse", str(tmp_path / "wh")])
     assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
     assert "--engine spark needs the spark extra: pip install 'specdraft[spark]'" in result.output
+
+
+def test_demo_names_its_flag_for_a_bad_count(tmp_path):
+    """`demo --traces -1` named the generator's argument (n_traces must be >= 0), not the flag."""
+    result = CliRunner().invoke(main, ["demo", "--traces", "-1", "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 2 and "Invalid value for '--traces'" in result.output
