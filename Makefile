@@ -37,7 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m specdraft.measure.bench
 
 clean:
-	rm -rf warehouse/*.duckdb* warehouse/traces warehouse/samples warehouse/tmp results
+	rm -rf warehouse/*.duckdb* warehouse/traces warehouse/samples warehouse/tmp results build *.egg-info
 
 wheel-check:
 	.ci/wheel_check
