@@ -46,4 +46,7 @@ def test_the_wheel_lists_every_package():
         return
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {"specdraft"} | {f"specdraft.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
-    assert listed == found | {"specdraft.sql"}
+    # sql/ and each folder of it (their SQL is package data; unlisted, setuptools warns it will drop them)
+    sql_folders = {"specdraft." + ".".join(("sql", *p.relative_to(ROOT / "sql").parts))
+                   for p in [ROOT / "sql", *(ROOT / "sql").rglob("*")] if p.is_dir() and p.name != "__pycache__"}
+    assert listed == found | sql_folders
