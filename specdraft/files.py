@@ -67,12 +67,16 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 def partial_path(path: Path) -> Path:
     """`.<name>.<pid>.partial` beside `path`, after removing those a killed writer left behind
-    (a partial whose pid is still running belongs to a live writer: keep it)."""
+    (a partial whose pid is still running belongs to a live writer: keep it). An old copy that
+    atomic_dir had moved aside, killed before it renamed the new one in, is put back instead."""
     for stale in path.parent.glob(f".{path.name}.*.partial"):
         pid = stale.name[len(path.name) + 2 : -len(".partial")]
+        old = pid.endswith(".old")
         pid = pid.removesuffix(".old")
         if pid.isdigit() and not running(int(pid)):
-            if stale.is_dir():
+            if old and not path.exists():
+                os.replace(stale, path)
+            elif stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 stale.unlink(missing_ok=True)

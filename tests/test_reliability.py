@@ -889,3 +889,23 @@ def test_an_unknown_preset_is_named_in_a_recorded_config():
 
     with pytest.raises(SpecdraftError, match="--preset must be one of"):
         RunConfig.recorded({"preset": "fastest"})
+
+
+def test_an_old_directory_moved_aside_by_a_killed_writer_is_put_back(tmp_path):
+    """atomic_dir replaces a directory with two renames: the old one aside, the new one in. Killed
+    between them, nothing was at the path, and the next writer's partial_path deleted the old copy
+    as a stale partial: a bundle was lost to a kill. It is now put back (then replaced as usual)."""
+    from specdraft.files import atomic_dir, partial_path
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])  # its pid, once it has ended, runs nothing
+    dead.wait()
+    bundle = tmp_path / "bundle"
+    aside = tmp_path / f".bundle.{dead.pid}.old.partial"  # what the killed writer left
+    aside.mkdir()
+    (aside / "manifest.json").write_text("old")
+    partial_path(bundle)
+    assert (bundle / "manifest.json").read_text() == "old" and not aside.exists()
+    with atomic_dir(bundle) as new:
+        (new / "manifest.json").write_text("new")
+    assert (bundle / "manifest.json").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["bundle"]
