@@ -173,6 +173,22 @@ def test_what_was_written_outside_a_run_is_in_the_snapshot_of_the_next(built):
     assert (built / SNAPSHOT_FILE).exists()
 
 
+def test_a_runs_readers_see_what_was_written_before_it_even_as_it_commits(built, monkeypatch):
+    """A writer that opens a warehouse changed since its snapshot (`sql --write`) copies that
+    state at once. Its copy used to wait snapshot.QUIET_S and be given up at the writer's first
+    commit, seconds later; as a run's stages commit faster than that, its readers saw the state
+    from before the change (a table gone, fewer runs) until the run ended. Here no copy waits
+    out its timer, so the snapshot holds only what was copied at open."""
+    from specdraft.warehouse import snapshot
+
+    monkeypatch.setattr(snapshot, "QUIET_S", 3600.0)
+    assert cli("sql", "--warehouse", built, "--write", "create table main.marker as select 7 as n").exit_code == 0
+    with Warehouse(built, memory_limit=None) as writer:
+        with writer.transaction("first_commit"):
+            writer.con.execute("create table main.later as select 1 as n")
+        assert marker_in_snapshot(built) == [(7,)]
+
+
 SLOW_COPY = """
 import sys, time
 with open(sys.argv[1], "rb") as source, open(sys.argv[2], "wb") as copy:

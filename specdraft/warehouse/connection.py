@@ -212,8 +212,9 @@ class Warehouse:
             # after the run's record 0.31-0.38 s against 0.03 s; runs took 15.3-16.3 s against
             # 14.8-15.5 s in process (3 alternated pairs).
             self.con.execute("set max_vacuum_tasks = 0")
-            if not snapshot.is_current(db_path):  # readers of the build to come read this state
-                self.publish_snapshot()
+            if not snapshot.is_current(db_path):  # readers of the build to come read this state:
+                self.publish_snapshot()  # copied now (the first commit, seconds away, would give
+                self._wait_for_copy()    # the copy up, and stages commit faster than QUIET_S)
         if self.memory_limit:
             self.con.execute("set memory_limit = ?", [duckdb_memory_limit(self.memory_limit)])
         if self.dataset:
