@@ -344,3 +344,13 @@ def test_demo_names_its_flag_for_a_bad_count(tmp_path):
     """`demo --traces -1` named the generator's argument (n_traces must be >= 0), not the flag."""
     result = CliRunner().invoke(main, ["demo", "--traces", "-1", "--warehouse", str(tmp_path / "wh")])
     assert result.exit_code == 2 and "Invalid value for '--traces'" in result.output
+
+
+def test_a_statement_out_of_memory_names_the_flag(tmp_path):
+    """A sql/ file's statement out of memory said only DuckDB's error beside the file's name; the
+    line now says what to change, as the catalog's out-of-memory error does."""
+    result = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(tmp_path / "wh"),
+                  "--memory-limit", "8MB"])
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and ".sql: Out of Memory Error" in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith("raise --memory-limit (DuckDB gets 70% of it)")

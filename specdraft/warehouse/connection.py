@@ -435,7 +435,9 @@ class Warehouse:
         error (with its LINE and caret), as splink reports a failing statement."""
         where = f"{sql_file.name}.sql"
         if not self.debug:
-            return SpecdraftError(f"{where}: {first_line(exc)}")
+            hint = f"; raise --memory-limit (DuckDB gets {DUCKDB_SHARE:.0%} of it)" if isinstance(
+                exc, duckdb.OutOfMemoryException) else ""
+            return SpecdraftError(f"{where}: {first_line(exc)}{hint}")
         return SpecdraftError(
             f"{where}: error executing the following SQL for table {sql_file.out}:\n{statement.strip()}\n\n"
             f"{type(exc).__name__}: {exc}"
