@@ -276,6 +276,34 @@ def stale_stages(wh: Warehouse, results: dict) -> list[str]:
     return stale
 
 
+KEY_DATA = re.compile(r"(.*):[^:|]*:[^:|]*(\|traces=[^|]*\|version=[^|]*)")  # a key's data, less settings and code
+
+
+def built_data(key: str | None) -> str | None:
+    """The data a build key's tables were built from: the dataset, its input, tokenizer and
+    version (after appends), without the settings and code.
+
+    >>> built_data("ds:src:tok:settings:code|traces=7|version=ab|updated_from=5")
+    'ds:src:tok|traces=7|version=ab'
+    """
+    match = KEY_DATA.match(key or "")
+    return match.group(1) + match.group(2) if match else None
+
+
+def run_data(wh: Warehouse, run_id: str) -> str | None:
+    """The data the run's tables were built from (built_data); None for runs before run_builds."""
+    if not wh.has_table("run_builds"):
+        return None
+    return built_data(dict(wh.query("report/run_build_keys", {"run_id": run_id}).fetchall()).get("ngram_tables"))
+
+
+def data_changed_since(wh: Warehouse, run_id: str) -> bool:
+    """Was the run's dataset ingested afresh, or appended to, since it ran, so that the traces in
+    the warehouse are no longer those it evaluated? (Not known for runs before run_builds: False.)"""
+    recorded = run_data(wh, run_id)
+    return recorded is not None and recorded != built_data(wh.built_with("ngram_tables"))
+
+
 def build_key(stage: Stage, run: RunState) -> str:
     """What a kept stage's tables are built from: the dataset, its traces file (and the version of
     it, after appends), the settings of the stages up to it, and their code."""

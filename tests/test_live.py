@@ -583,7 +583,9 @@ def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
     """The input file is rewritten with other responses but the same trace counts, and run again
     (which ingests it afresh): the first run's tables are gone, which the recorded build keys show
     (its settings and counts alone would not), so its export is refused, not another run's data
-    written under its id; its report leaves its drafts out."""
+    written under its id; its report leaves out its text and drafts, and compare does not pair
+    its traces with the new run's."""
+    from specdraft.report.compare import compare_runs
     from specdraft.report.results import load_run
     from specdraft.report.trace_browser import browser_data
 
@@ -599,8 +601,15 @@ def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
         export_bundle(root, first["run_id"], tmp_path / "bundle")
     export_bundle(root, second["run_id"], tmp_path / "bundle")
     with Warehouse(root, read_only=True, dataset=DATASET, memory_limit=None) as wh:
-        assert browser_data(wh, load_run(root, first["run_id"]))["drafts_note"].startswith("drafts not shown")
-        assert browser_data(wh, load_run(root, second["run_id"]))["drafts_note"] == ""
+        # its report embeds no trace text (the warehouse's is the new data's), and says why
+        page = browser_data(wh, load_run(root, first["run_id"]))
+        assert page["drafts_note"].startswith("text and drafts not shown") and page["traces"] == []
+        page = browser_data(wh, load_run(root, second["run_id"]))
+        assert page["drafts_note"] == "" and page["traces"]
+    # compare does not pair the two runs' traces: their ids are the same, their texts are not
+    assert not compare_runs(root, first["run_id"], second["run_id"])["same_traces"]
+    third = run_all(dataclasses.replace(SEED, backoff_min_context_len=6), root, str(data), "unused", name=DATASET)
+    assert compare_runs(root, second["run_id"], third["run_id"])["same_traces"]
 
 
 def test_a_path_with_a_bar_is_its_own_runs(tmp_path):

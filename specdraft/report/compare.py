@@ -46,12 +46,23 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
         "headline": headline,
         "by_source": by_source,
         "by_position": [(k, buckets_a.get(k), buckets_b.get(k)) for k in sorted({*buckets_a, *buckets_b})],
-        "same_traces": _same_traces(pa_, pb),
+        "same_traces": _same_data(warehouse, a, b) and _same_traces(pa_, pb),
     }
     if out["same_traces"]:
         out["by_trace"] = _by_trace(pa_, pb)
-        out["choices"], out["examples"] = _differing_choices(warehouse, a["dataset"], pa_, pb)
+        out["choices"], out["examples"] = _differing_choices(warehouse, a, pa_, pb)
     return out
+
+
+def _same_data(warehouse: Path, a: dict, b: dict) -> bool:
+    """Did both runs evaluate the same dataset as it was then (not another ingest or version of
+    it)? Runs recorded before run_builds are taken at their dataset's name."""
+    from specdraft.pipeline import run_data
+
+    if a["dataset"] != b["dataset"]:
+        return False
+    with Warehouse(warehouse, read_only=True, dataset=a["dataset"], memory_limit=None) as wh:
+        return run_data(wh, a["run_id"]) == run_data(wh, b["run_id"])
 
 
 def _about(run: dict) -> dict:
@@ -87,9 +98,12 @@ def _by_trace(a: pa.Table, b: pa.Table) -> dict:
             "most_lost": [rows[i] for i in order[:TOP_TRACES] if gain[i] < 0]}
 
 
-def _differing_choices(warehouse: Path, dataset: str, a: pa.Table, b: pa.Table) -> tuple[dict, list]:
+def _differing_choices(warehouse: Path, run: dict, a: pa.Table, b: pa.Table) -> tuple[dict, list]:
     """Where the two runs chose a different source (its name holds its context length): how
-    often, how B did there, and the EXAMPLES positions with the largest differences, as text."""
+    often, how B did there, and the EXAMPLES positions with the largest differences, as text
+    (none where the dataset's traces changed since the runs: the text would be another's)."""
+    from specdraft.pipeline import data_changed_since
+
     source_a, source_b = (t.column("source").to_numpy(zero_copy_only=False) for t in (a, b))
     acc_a, acc_b = (t.column("accepted").to_numpy() for t in (a, b))
     differ = np.flatnonzero(source_a != source_b)
@@ -101,7 +115,9 @@ def _differing_choices(warehouse: Path, dataset: str, a: pa.Table, b: pa.Table) 
     if not len(picked):
         return summary, []
     trace_ids, positions = a.column("trace_id").to_numpy()[picked], a.column("pos").to_numpy()[picked]
-    with Warehouse(warehouse, read_only=True, dataset=dataset, memory_limit=None) as wh:
+    with Warehouse(warehouse, read_only=True, dataset=run["dataset"], memory_limit=None) as wh:
+        if data_changed_since(wh, run["run_id"]):
+            return summary, []
         wh.register("compare_examples", pa.table({"trace_id": trace_ids, "pos": positions}))
         texts = {(t, p): (before, after) for t, p, before, after in wh.query(
             "report/position_text", {"before": CONTEXT_BEFORE, "after": CONTEXT_AFTER}).fetchall()}

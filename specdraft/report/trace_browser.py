@@ -31,11 +31,13 @@ TOP, BOTTOM, SAMPLE = 2, 2, 4  # traces embedded (unless all): about 1 MB of pag
 def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict:
     """What the browser embeds: the traces listed, and for the embedded ones their tokens, the
     run's choice at each position and every source's draft there."""
-    from specdraft.pipeline import stale_stages
+    from specdraft.pipeline import data_changed_since, stale_stages
 
     run_id = results["run_id"]
     listing = wh.query("report/trace_acceptance", {"run_id": run_id}).fetchall()
-    chosen = _embedded(listing, all_traces)
+    # the text comes from the dataset's traces as they are now: none, where they changed since
+    replaced = data_changed_since(wh, run_id)
+    chosen = set() if replaced else _embedded(listing, all_traces)
     wh.register("browser_traces", pa.table({"trace_id": pa.array(sorted(chosen), pa.int64())}))
     tokens = wh.query("report/browser_tokens", {"run_id": run_id}).to_arrow_table()
     stale = "candidates" in stale_stages(wh, results)
@@ -68,7 +70,9 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
         "draft_len": results.get("draft_len", RunConfig.recorded(results["config"]).draft_len),
         "score": "expected accepted tokens (the confidence model)" if results.get("preset") == "default"
                  else "the seed policy's score (calibrated source average)",
-        "drafts_note": ("drafts not shown: a later build replaced the candidates table (other settings, data or code)"
+        "drafts_note": ("text and drafts not shown: the dataset's traces changed since this run (ingested afresh "
+                        "or appended to)" if replaced else
+                        "drafts not shown: a later build replaced the candidates table (other settings, data or code)"
                         if stale else ""),
         "sources": list(sources),
         "list": [[t, n, round(m, 4), round(o, 4), t in traces] for t, n, m, o in listing],
