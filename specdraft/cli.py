@@ -368,6 +368,7 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
     cfg = _config(kwargs)
     if train_sizes is not None and cfg.train_limit:
         raise click.UsageError("give --train-sizes or --train-limit (the top of the default series), not both")
+    Path(out).mkdir(parents=True, exist_ok=True)  # one that cannot be a directory fails now, not after every size
     points = scaling_curve(cfg, _inputs(warehouse, memory_limit, debug, kwargs), sizes=train_sizes)
     json_path, svg_path = write_scaling(points, Path(out))
     click.echo(scaling_table(points))

@@ -92,6 +92,7 @@ def test_a_second_writer_gets_a_clear_busy_message_and_readers_the_snapshot(tmp_
         result = cli("sql", "--warehouse", tmp_path, "--format", "csv", "select count(*) as runs from main.runs")
         assert result.exit_code == 0 and result.stdout.split() == ["runs", "1"]
         assert f"a run is building (pid {writer.pid}, since " in caplog.text  # on stderr, from the CLI
+        assert caplog.text.count("a run is building") == 1  # once, not per reader (compare opens five)
         (tmp_path / SNAPSHOT_FILE).unlink()  # a warehouse from before snapshots: busy, as it was
         with pytest.raises(SpecdraftError, match=rf"warehouse is busy \(pid {writer.pid}, since "):
             Warehouse(tmp_path, read_only=True)

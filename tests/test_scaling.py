@@ -163,3 +163,12 @@ def test_cli_writes_json_and_svg_and_prints_only_the_table(tmp_path):
     assert result.stdout == scaling_table(points) + "\n"
     assert "wrote" in result.stderr
     ET.fromstring((out / "scaling.svg").read_text(encoding="utf-8"))
+
+
+def test_an_output_path_that_cannot_be_a_directory_fails_before_the_curve(tmp_path):
+    """`scaling --out` under a file ran every size and recorded their runs, then failed."""
+    (tmp_path / "afile").write_text("")
+    result = CliRunner().invoke(main, ["scaling", "--data", DATA, "--train-sizes", "10,20",
+                                       "--out", str(tmp_path / "afile" / "sub"), "--warehouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1 and "afile" in result.output and result.output.count("\n") == 1, result.output
+    assert not (tmp_path / "wh").exists()  # nothing run

@@ -95,6 +95,9 @@ log = logging.getLogger("specdraft.sql")
 _EXECUTE = compile("_con.execute(_statement, _bound).fetchall()", "<specdraft scan>", "eval")
 
 
+_SAID_BUILDING: set[tuple[Path, str]] = set()  # (warehouse, writer) a reader here has warned of
+
+
 def release_unused_memory() -> None:
     """Give back the pages the process's allocators keep after frees: Arrow's (its tables' freed
     buffers) and the C heap's (trim_malloc_heap)."""
@@ -233,7 +236,9 @@ class Warehouse:
             if not copy.exists():
                 raise
         self.snapshot = True
-        log.warning("%s: a run is building (%s); reading the state it last committed", self.root, writer)
+        if (self.root, writer) not in _SAID_BUILDING:  # once per run, not per query (compare opens 5 times)
+            _SAID_BUILDING.add((self.root, writer))
+            log.warning("%s: a run is building (%s); reading the state it last committed", self.root, writer)
         return duckdb.connect(str(copy), read_only=True)
 
     def _connect_writer(self, db_path: Path) -> duckdb.DuckDBPyConnection:
