@@ -185,7 +185,7 @@ def test_a_runs_readers_see_what_was_written_before_it_even_as_it_commits(built,
     assert cli("sql", "--warehouse", built, "--write", "create table main.marker as select 7 as n").exit_code == 0
     with Warehouse(built, memory_limit=None) as writer:
         with writer.transaction("first_commit"):
-            writer.con.execute("create table main.later as select 1 as n")
+            writer.run_text("create table main.later as select 1 as n")
         assert marker_in_snapshot(built) == [(7,)]
 
 
