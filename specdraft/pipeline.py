@@ -276,18 +276,19 @@ def stale_stages(wh: Warehouse, results: dict) -> list[str]:
     return stale
 
 
-KEY_DATA = re.compile(r"(.*):[^:|]*:[^:|]*(\|traces=[^|]*\|version=[^|]*)")  # a key's data, less settings and code
+KEY_DATA = re.compile(r"(.*):[^:|]*:[^:|]*\|traces=")  # a key's dataset, input and tokenizer
 
 
 def built_data(key: str | None) -> str | None:
-    """The data a build key's tables were built from: the dataset, its input, tokenizer and
-    version (after appends), without the settings and code.
+    """The traces a build key's tables were built from, as ingested: the dataset, its input and
+    tokenizer, without the settings, code and version. An append keeps every trace, and its id:
+    the version it makes is the same data for the traces that were there.
 
     >>> built_data("ds:src:tok:settings:code|traces=7|version=ab|updated_from=5")
-    'ds:src:tok|traces=7|version=ab'
+    'ds:src:tok'
     """
     match = KEY_DATA.match(key or "")
-    return match.group(1) + match.group(2) if match else None
+    return match.group(1) if match else None
 
 
 def run_data(wh: Warehouse, run_id: str) -> str | None:
@@ -298,8 +299,8 @@ def run_data(wh: Warehouse, run_id: str) -> str | None:
 
 
 def data_changed_since(wh: Warehouse, run_id: str) -> bool:
-    """Was the run's dataset ingested afresh, or appended to, since it ran, so that the traces in
-    the warehouse are no longer those it evaluated? (Not known for runs before run_builds: False.)"""
+    """Was the run's dataset ingested afresh since it ran, so that the traces in the warehouse are
+    no longer those it evaluated? (Appends keep them. Not known for runs before run_builds: False.)"""
     recorded = run_data(wh, run_id)
     return recorded is not None and recorded != built_data(wh.built_with("ngram_tables"))
 

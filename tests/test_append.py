@@ -180,6 +180,28 @@ def _run_then_append(tmp_path):
     return cfg, base, extra, root, flags
 
 
+def test_a_run_before_an_append_keeps_its_text_but_not_its_drafts(tmp_path):
+    """An append keeps every trace, and its id: the report of a run before it still embeds its
+    traces' text (not their drafts, the candidates being rebuilt), and compare still pairs it with
+    a run after it on the same eval traces (the append added none)."""
+    from specdraft.report.compare import compare_runs
+    from specdraft.report.results import load_run
+    from specdraft.report.trace_browser import browser_data
+
+    base, extra, _rest, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6}, {"train": 36})
+    root = tmp_path / "wh"
+    cfg = RunConfig(preset="seed", **SMALL)
+    before = run_all(cfg, root, str(base), "unused", name="ds")
+    assert cli("ingest", "--append", "--data", extra, "--name", "ds", "--warehouse", root).exit_code == 0
+    after = run_all(cfg, root, None, "unused", name="ds")
+    assert after["train_examples"] > before["train_examples"] and after["eval_examples"] == before["eval_examples"]
+    with Warehouse(root, read_only=True, dataset="ds", memory_limit=None) as wh:
+        page = browser_data(wh, load_run(root, before["run_id"]))
+    assert page["drafts_note"].startswith("drafts not shown") and page["traces"]
+    assert all(trace["tokens"] for trace in page["traces"])
+    assert compare_runs(root, before["run_id"], after["run_id"])["same_traces"]
+
+
 def test_runs_after_an_append_use_the_appended_dataset_and_reuse_its_tables(tmp_path):
     cfg, base, _extra, root, flags = _run_then_append(tmp_path)
     # --data pointing at the original file: the stored dataset with its appended traces

@@ -55,8 +55,8 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
 
 
 def _same_data(warehouse: Path, a: dict, b: dict) -> bool:
-    """Did both runs evaluate the same dataset as it was then (not another ingest or version of
-    it)? Runs recorded before run_builds are taken at their dataset's name."""
+    """Did both runs evaluate the same dataset as ingested (not one ingested afresh between them;
+    an append keeps its traces)? Runs recorded before run_builds are taken at their dataset's name."""
     from specdraft.pipeline import run_data
 
     if a["dataset"] != b["dataset"]:

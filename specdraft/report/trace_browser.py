@@ -70,8 +70,7 @@ def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict
         "draft_len": results.get("draft_len", RunConfig.recorded(results["config"]).draft_len),
         "score": "expected accepted tokens (the confidence model)" if results.get("preset") == "default"
                  else "the seed policy's score (calibrated source average)",
-        "drafts_note": ("text and drafts not shown: the dataset's traces changed since this run (ingested afresh "
-                        "or appended to)" if replaced else
+        "drafts_note": ("text and drafts not shown: the dataset was ingested afresh since this run" if replaced else
                         "drafts not shown: a later build replaced the candidates table (other settings, data or code)"
                         if stale else ""),
         "sources": list(sources),
