@@ -180,6 +180,36 @@ def _run_then_append(tmp_path):
     return cfg, base, extra, root, flags
 
 
+def test_inputs_recorded_with_the_earlier_signature_are_still_known(tmp_path, monkeypatch):
+    """Datasets ingested, and traces appended, before 2026-12-07 recorded a directory's signature
+    over every file in it. Such a dataset is still the stored one (it was ingested afresh,
+    dropping its appends), and such an append is still refused a second time."""
+    import specdraft.sources.append
+    import specdraft.sources.dataset
+    from specdraft.sources.dataset import earlier_source_signature
+
+    base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    folder, more = tmp_path / "splits", tmp_path / "more"
+    for directory, part in ((folder, base), (more, extra)):
+        directory.mkdir()
+        rows = pl.read_parquet(part)
+        for split in SPLITS:
+            rows.filter(pl.col("split") == split).drop("split").write_parquet(directory / f"{split}.parquet")
+        (directory / "README.txt").write_text("where these came from")  # not read, but signed before
+    root = tmp_path / "wh"
+    args = ["--name", "ds", "--warehouse", root]
+    with monkeypatch.context() as old:  # the earlier code's signatures
+        old.setattr(specdraft.sources.dataset, "source_signature", earlier_source_signature)
+        old.setattr(specdraft.sources.append, "source_signature", earlier_source_signature)
+        assert cli("ingest", "--data", folder, *args).exit_code == 0
+        assert cli("ingest", "--append", "--data", more, *args).exit_code == 0
+    stored = _state(root)
+    again = cli("ingest", "--append", "--data", more, *args)
+    assert again.exit_code == 1 and "already in dataset 'ds'" in again.stderr
+    assert cli("ingest", "--data", folder, *args).exit_code == 0
+    assert _state(root) == stored  # the dataset and its append, as they were
+
+
 def test_a_run_before_an_append_keeps_its_text_but_not_its_drafts(tmp_path):
     """An append keeps every trace, and its id: the report of a run before it still embeds its
     traces' text (not their drafts, the candidates being rebuilt), and compare still pairs it with
@@ -199,6 +229,10 @@ def test_a_run_before_an_append_keeps_its_text_but_not_its_drafts(tmp_path):
         page = browser_data(wh, load_run(root, before["run_id"]))
     assert page["drafts_note"].startswith("drafts not shown") and page["traces"]
     assert all(trace["tokens"] for trace in page["traces"])
+    assert compare_runs(root, before["run_id"], after["run_id"])["same_traces"]
+    # a run recorded before run_builds is taken at its dataset's name, against a run after them too
+    forget = f"delete from ds.run_builds where run_id = '{before['run_id']}'"
+    assert cli("sql", "--write", "--warehouse", root, forget).exit_code == 0
     assert compare_runs(root, before["run_id"], after["run_id"])["same_traces"]
 
 
@@ -343,8 +377,19 @@ def test_an_append_after_a_killed_write_records_every_version(tmp_path):
         json.loads(source)["splits"] for _, source in _catalog(clean)[1:]]
     with Warehouse(root, read_only=True, dataset="ds") as wh:
         assert wh.row_count("vocab") > 0
+        # each row its own time (they order the catalog: rows recorded in one transaction tied,
+        # and the latest, which main.datasets shows, was either)
+        assert wh.run_text("select count(distinct ingested_at) from main.dataset_versions").fetchall() == [(3,)]
+        assert wh.run_text("select traces from main.datasets where name = 'ds'").fetchall() == [(expected[-1],)]
     run_all(RunConfig(preset="seed", **SMALL), root, None, "unused", name="ds")
     assert _catalog(root) == catalog  # the run found it up to date
+    # a catalog that lost every row: all three recorded again, in their order, each its own time
+    assert cli("sql", "--write", "--warehouse", root, "delete from main.dataset_versions").exit_code == 0
+    run_all(RunConfig(preset="seed", **SMALL), root, None, "unused", name="ds")
+    assert _catalog(root) == catalog
+    with Warehouse(root, read_only=True) as wh:
+        assert wh.run_text("select count(distinct ingested_at) from main.dataset_versions").fetchall() == [(3,)]
+        assert wh.run_text("select traces from main.datasets where name = 'ds'").fetchall() == [(expected[-1],)]
 
 
 def test_a_changed_original_input_replaces_the_dataset_and_its_appends(tmp_path):

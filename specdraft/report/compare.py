@@ -62,7 +62,8 @@ def _same_data(warehouse: Path, a: dict, b: dict) -> bool:
     if a["dataset"] != b["dataset"]:
         return False
     with Warehouse(warehouse, read_only=True, dataset=a["dataset"], memory_limit=None) as wh:
-        return run_data(wh, a["run_id"]) == run_data(wh, b["run_id"])
+        data_a, data_b = run_data(wh, a["run_id"]), run_data(wh, b["run_id"])
+    return data_a is None or data_b is None or data_a == data_b
 
 
 def _about(run: dict) -> dict:

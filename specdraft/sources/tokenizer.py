@@ -435,8 +435,8 @@ def _load_hf(name: str) -> HFTokenizer:
 
     # unreachable, the hub is not asked at all (offline mode, the cache only): its client retried
     # for 49 s before failing
-    offline = not os.path.exists(name) and not _hub_reachable()
     saved = constants.HF_HUB_OFFLINE
+    offline = not os.path.exists(name) and (saved or not _hub_reachable())
     try:
         from transformers import AutoTokenizer
 

@@ -87,11 +87,14 @@ def catch_up(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> Non
     if wh.has_table("dataset_versions", "main"):
         recorded = [tuple(row) for row in wh.query("warehouse/dataset_history", {"name": name}).fetchall()]
     known = next((k for k in range(min(len(wanted), len(recorded)), 0, -1) if recorded[-k:] == wanted[:k]), 0)
-    with wh.transaction("append"):  # what the killed ingest or appends would have committed
-        if not wh.has_table("vocab"):
-            from specdraft.sources.tokenizer import vocab_table
+    if not wh.has_table("vocab"):
+        from specdraft.sources.tokenizer import vocab_table
 
+        with wh.transaction("append"):
             wh.store("vocab", vocab_table(tokenizer))
             wh.create_text_macro()
-        for traces, source in wanted[known:]:
+    # one transaction each, as the killed commands made them: a row's time is its transaction's
+    # start (now()), which orders the catalog, and rows of one transaction would tie
+    for traces, source in wanted[known:]:
+        with wh.transaction("append"):
             record_dataset_version(wh, name, path, {**meta, "rows": traces}, source)
