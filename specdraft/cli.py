@@ -162,11 +162,8 @@ def handle_errors(func):
             where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
             click.echo(f"specdraft: error: {where}: {exc.strerror}", err=True)
             sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("specdraft: interrupted", err=True)
-            sys.exit(130)
-        except RuntimeError as exc:
-            if str(exc) != DUCKDB_INTERRUPTED:
+        except (KeyboardInterrupt, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and str(exc) != DUCKDB_INTERRUPTED:
                 raise
             click.echo("specdraft: interrupted", err=True)
             sys.exit(130)

@@ -246,7 +246,16 @@ def settings_of(stage: Stage) -> tuple[str, ...]:
     return tuple(field for s in _earlier(stage) for field in s.settings)
 
 
-KEY_FIELDS = re.compile(r".*:([^:|]*):([^:|]*):[^:|]*\|traces=")  # a build key's tokenizer and settings
+# build_key's layout: dataset:source:tokenizer:settings:code|traces=N|version=V..., where the
+# dataset's source (a JSON of paths) may hold ':' and '|', and the last three fields neither
+KEY = re.compile(r"(?P<data>.*:(?P<tokenizer>[^:|]*)):(?P<settings>[^:|]*):[^:|]*\|traces=")
+
+
+def recorded_build_keys(wh: Warehouse, run_id: str) -> dict[str, str]:
+    """The build key of each kept stage's tables the run used: none for runs before run_builds."""
+    if not wh.has_table("run_builds"):
+        return {}
+    return dict(wh.query("report/run_build_keys", {"run_id": run_id}).fetchall())
 
 
 def stale_stages(wh: Warehouse, results: dict) -> list[str]:
@@ -256,11 +265,10 @@ def stale_stages(wh: Warehouse, results: dict) -> list[str]:
     settings and tokenizer they recorded are compared instead."""
     from specdraft.tables.incremental import same_build
 
-    if wh.has_table("run_builds"):
-        recorded = dict(wh.query("report/run_build_keys", {"run_id": results["run_id"]}).fetchall())
-        if recorded:
-            return [stage.name for stage in STAGES
-                    if stage.kept and not same_build(wh.built_with(stage.name), recorded.get(stage.name, ""))]
+    recorded = recorded_build_keys(wh, results["run_id"])
+    if recorded:
+        return [stage.name for stage in STAGES
+                if stage.kept and not same_build(wh.built_with(stage.name), recorded.get(stage.name, ""))]
     cfg = RunConfig.recorded(results["config"])
     tokenizer_fingerprint = results["tokenizer"]["fingerprint"]
     stale = []
@@ -268,15 +276,11 @@ def stale_stages(wh: Warehouse, results: dict) -> list[str]:
         if not stage.kept:
             continue
         key = wh.built_with(stage.name)
-        # build_key's layout: dataset:source:tokenizer:settings:code|traces=N|version=V..., where
-        # the dataset's source (a JSON of paths) may hold ':' and '|', and the last three fields neither
-        fields = KEY_FIELDS.match(key or "")
-        if not fields or list(fields.groups()) != [tokenizer_fingerprint, cfg.fingerprint(*settings_of(stage))]:
+        fields = KEY.match(key or "")
+        wanted = (tokenizer_fingerprint, cfg.fingerprint(*settings_of(stage)))
+        if not fields or (fields["tokenizer"], fields["settings"]) != wanted:
             stale.append(stage.name)
     return stale
-
-
-KEY_DATA = re.compile(r"(.*):[^:|]*:[^:|]*\|traces=")  # a key's dataset, input and tokenizer
 
 
 def built_data(key: str | None) -> str | None:
@@ -287,15 +291,13 @@ def built_data(key: str | None) -> str | None:
     >>> built_data("ds:src:tok:settings:code|traces=7|version=ab|updated_from=5")
     'ds:src:tok'
     """
-    match = KEY_DATA.match(key or "")
-    return match.group(1) if match else None
+    match = KEY.match(key or "")
+    return match["data"] if match else None
 
 
 def run_data(wh: Warehouse, run_id: str) -> str | None:
     """The data the run's tables were built from (built_data); None for runs before run_builds."""
-    if not wh.has_table("run_builds"):
-        return None
-    return built_data(dict(wh.query("report/run_build_keys", {"run_id": run_id}).fetchall()).get("ngram_tables"))
+    return built_data(recorded_build_keys(wh, run_id).get("ngram_tables"))
 
 
 def data_changed_since(wh: Warehouse, run_id: str) -> bool:

@@ -186,7 +186,7 @@ def test_inputs_recorded_with_the_earlier_signature_are_still_known(tmp_path, mo
     dropping its appends), and such an append is still refused a second time."""
     import specdraft.sources.append
     import specdraft.sources.dataset
-    from specdraft.sources.dataset import earlier_source_signature
+    from specdraft.sources.dataset import source_signature
 
     base, extra, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
     folder, more = tmp_path / "splits", tmp_path / "more"
@@ -198,6 +198,9 @@ def test_inputs_recorded_with_the_earlier_signature_are_still_known(tmp_path, mo
         (directory / "README.txt").write_text("where these came from")  # not read, but signed before
     root = tmp_path / "wh"
     args = ["--name", "ds", "--warehouse", root]
+    def earlier_source_signature(data, dataset, columns, earlier=False):
+        return source_signature(data, dataset, columns, earlier=True)
+
     with monkeypatch.context() as old:  # the earlier code's signatures
         old.setattr(specdraft.sources.dataset, "source_signature", earlier_source_signature)
         old.setattr(specdraft.sources.append, "source_signature", earlier_source_signature)

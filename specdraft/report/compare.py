@@ -40,13 +40,13 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
     sources = dict.fromkeys([*a["per_source"], *b["per_source"]])
     by_source = [(name, a["per_source"].get(name, {}).get("avg_accepted"),
                   b["per_source"].get(name, {}).get("avg_accepted")) for name in sources]
-    (pa_, buckets_a), (pb, buckets_b) = (_run_tables(warehouse, run) for run in (a, b))
+    (pa_, buckets_a, data_a), (pb, buckets_b, data_b) = (_run_tables(warehouse, run) for run in (a, b))
     out = {
         "a": _about(a), "b": _about(b),
         "headline": headline,
         "by_source": by_source,
         "by_position": [(k, buckets_a.get(k), buckets_b.get(k)) for k in sorted({*buckets_a, *buckets_b})],
-        "same_traces": _same_data(warehouse, a, b) and _same_traces(pa_, pb),
+        "same_traces": _same_data(a, b, data_a, data_b) and _same_traces(pa_, pb),
     }
     if out["same_traces"]:
         out["by_trace"] = _by_trace(pa_, pb)
@@ -54,30 +54,28 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
     return out
 
 
-def _same_data(warehouse: Path, a: dict, b: dict) -> bool:
-    """Did both runs evaluate the same dataset as ingested (not one ingested afresh between them;
-    an append keeps its traces)? Runs recorded before run_builds are taken at their dataset's name."""
-    from specdraft.pipeline import run_data
-
-    if a["dataset"] != b["dataset"]:
-        return False
-    with Warehouse(warehouse, read_only=True, dataset=a["dataset"], memory_limit=None) as wh:
-        data_a, data_b = run_data(wh, a["run_id"]), run_data(wh, b["run_id"])
-    return data_a is None or data_b is None or data_a == data_b
+def _same_data(a: dict, b: dict, data_a: str | None, data_b: str | None) -> bool:
+    """Did both runs evaluate the same dataset as ingested (their run_data: not one ingested
+    afresh between them; an append keeps its traces)? Runs recorded before run_builds are taken
+    at their dataset's name."""
+    return a["dataset"] == b["dataset"] and (data_a is None or data_b is None or data_a == data_b)
 
 
 def _about(run: dict) -> dict:
     return {key: run.get(key) for key in ("run_id", "dataset", "preset")} | {"tokenizer": run["tokenizer"]["name"]}
 
 
-def _run_tables(warehouse: Path, run: dict) -> tuple[pa.Table, dict[int, float]]:
-    """The run's eval positions, and its mean accepted per response-position bucket (the report's
-    acceptance_by_position)."""
+def _run_tables(warehouse: Path, run: dict) -> tuple[pa.Table, dict[int, float], str | None]:
+    """The run's eval positions, its mean accepted per response-position bucket (the report's
+    acceptance_by_position), and the data its tables were built from (pipeline.run_data)."""
+    from specdraft.pipeline import run_data
+
     with Warehouse(warehouse, read_only=True, dataset=run["dataset"], memory_limit=None) as wh:
         positions = wh.query("report/run_eval_positions", {"run_id": run["run_id"]}).to_arrow_table()
         buckets = {int(bucket): float(avg) for bucket, _, avg, _ in
                    wh.query("report/run_positions", {"run_id": run["run_id"]}).fetchall()}
-    return positions, buckets
+        data = run_data(wh, run["run_id"])
+    return positions, buckets, data
 
 
 def _same_traces(a: pa.Table, b: pa.Table) -> bool:

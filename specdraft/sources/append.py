@@ -17,7 +17,7 @@ from pathlib import Path
 from specdraft.config import RunConfig
 from specdraft.errors import SpecdraftError
 from specdraft.measure.timer import StageTimer
-from specdraft.sources.dataset import earlier_source_signature, source_signature
+from specdraft.sources.dataset import source_signature
 from specdraft.warehouse.catalog import catch_up, is_cataloged, record_dataset_version, version_record
 from specdraft.warehouse.connection import Warehouse
 
@@ -47,7 +47,7 @@ def append_dataset(wh: Warehouse, cfg: RunConfig, data, dataset: str, name: str,
         catch_up(wh, name, path, meta, tokenizer)  # an ingest or append killed before its catalog's commit
     source = source_signature(data, dataset, columns)
     stored = [meta.get("source"), *(a["source"] for a in meta.get("appends", []))]
-    if source in stored or earlier_source_signature(data, dataset, columns) in stored:
+    if source in stored or source_signature(data, dataset, columns, earlier=True) in stored:
         raise SpecdraftError(f"{data}: already in dataset {name!r} (ingested or appended, unchanged since)")
     rows = read_traces(data, dataset, columns or ColumnMap(), every_split=False)
     with wh.transaction("append"), appended_traces(rows, tokenizer, path, source) as meta:

@@ -67,7 +67,7 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
             f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
             f"use another --name for {cfg.tokenizer}"
         )
-    if not _use_stored(meta, data, (source, earlier_source_signature(data, dataset, columns))):
+    if not _use_stored(meta, data, (source, source_signature(data, dataset, columns, earlier=True))):
         if meta is not None and meta.get("appends"):
             say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)",
@@ -99,8 +99,11 @@ def _use_stored(meta: dict | None, data, sources: tuple[str, ...]) -> bool:
     return data is None and not from_hub
 
 
-def source_signature(data: str | None, dataset: str, columns) -> str:
-    """Identifies the input: the file's path, size and modification time, or the hub id."""
+def source_signature(data: str | None, dataset: str, columns, earlier: bool = False) -> str:
+    """Identifies the input: the file's path, size and modification time, or the hub id.
+    earlier=True: the signature datasets ingested before 2026-12-07 recorded, over every file of a
+    directory (not only those the reader reads), in the flags' order; a stored dataset (and its
+    appends) recorded under it is still the one asked for, not one to ingest afresh."""
     import json
     import os
 
@@ -112,24 +115,8 @@ def source_signature(data: str | None, dataset: str, columns) -> str:
     stats = []
     for p in paths:
         p = Path(p)
-        files = directory_files(p) if p.is_dir() else [p]  # the files the reader reads
+        # the files the reader reads (earlier: every file)
+        files = (sorted(p.iterdir()) if earlier else directory_files(p)) if p.is_dir() else [p]
         stats += [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
     # sorted: the reader tells one split's file from another's by its name, not by the flags' order
-    return json.dumps({"files": sorted(stats), "columns": repr(columns)})
-
-
-def earlier_source_signature(data: str | None, dataset: str, columns) -> str:
-    """The signature datasets ingested before 2026-12-07 recorded: every file of a directory
-    (not only those the reader reads), in the flags' order. A stored dataset (and its appends)
-    recorded under it is still the one asked for, not one to ingest afresh."""
-    import json
-    import os
-
-    if data is None:
-        return source_signature(data, dataset, columns)
-    stats = []
-    for p in [data] if isinstance(data, (str, os.PathLike)) else list(data):
-        p = Path(p)
-        files = sorted(p.iterdir()) if p.is_dir() else [p]
-        stats += [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
-    return json.dumps({"files": stats, "columns": repr(columns)})
+    return json.dumps({"files": stats if earlier else sorted(stats), "columns": repr(columns)})

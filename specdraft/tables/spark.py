@@ -24,11 +24,12 @@ from typing import Any
 
 from specdraft.errors import SpecdraftError, first_line
 
+NEEDS_EXTRA = "--engine spark needs the spark extra: pip install 'specdraft[spark]'"
 try:
     import sqlglot
     from sqlglot import exp
 except ImportError as exc:  # the spark extra's; the core install has neither
-    raise SpecdraftError("--engine spark needs the spark extra: pip install 'specdraft[spark]'") from exc
+    raise SpecdraftError(NEEDS_EXTRA) from exc
 from specdraft.warehouse.connection import Warehouse, size_bytes
 from specdraft.warehouse.sql_files import load_sql
 
@@ -137,7 +138,7 @@ def start_spark(master: str | None = None, memory: str = "4g", local_dir: Path |
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
-        raise SpecdraftError("--engine spark needs the spark extra: pip install 'specdraft[spark]'") from exc
+        raise SpecdraftError(NEEDS_EXTRA) from exc
     builder = (
         SparkSession.builder.master(master)
         .appName("specdraft")

@@ -11,12 +11,17 @@ from specdraft.warehouse.connection import Warehouse
 
 def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
     """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog."""
+    with wh.transaction("register_dataset"):
+        store_vocab(wh, tokenizer)
+        record_dataset_version(wh, name, path, meta, meta.get("source"))
+
+
+def store_vocab(wh: Warehouse, tokenizer) -> None:
+    """The dataset's vocab table and the as_text() macro over it."""
     from specdraft.sources.tokenizer import vocab_table
 
-    with wh.transaction("register_dataset"):
-        wh.store("vocab", vocab_table(tokenizer))
-        wh.create_text_macro()
-        record_dataset_version(wh, name, path, meta, meta.get("source"))
+    wh.store("vocab", vocab_table(tokenizer))
+    wh.create_text_macro()
 
 
 def record_dataset_version(wh: Warehouse, name: str, path: Path, meta: dict, source: str | None) -> None:
@@ -88,11 +93,8 @@ def catch_up(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> Non
         recorded = [tuple(row) for row in wh.query("warehouse/dataset_history", {"name": name}).fetchall()]
     known = next((k for k in range(min(len(wanted), len(recorded)), 0, -1) if recorded[-k:] == wanted[:k]), 0)
     if not wh.has_table("vocab"):
-        from specdraft.sources.tokenizer import vocab_table
-
         with wh.transaction("append"):
-            wh.store("vocab", vocab_table(tokenizer))
-            wh.create_text_macro()
+            store_vocab(wh, tokenizer)
     # one transaction each, as the killed commands made them: a row's time is its transaction's
     # start (now()), which orders the catalog, and rows of one transaction would tie
     for traces, source in wanted[known:]:
