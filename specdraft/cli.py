@@ -106,8 +106,13 @@ def engine_options(func):
 
 def _config(kwargs: dict):
     from specdraft.config import RunConfig
+    from specdraft.progress import say
 
-    return RunConfig(**{setting.name: kwargs.pop(setting.name) for setting in RunConfig.flags()})
+    cfg = RunConfig(**{setting.name: kwargs.pop(setting.name) for setting in RunConfig.flags()})
+    if not cfg.effective_backoff_lengths:  # the seed's behaviour, so a warning, not an error
+        say(f"the backoff source proposes nothing: --backoff-min-context-len {cfg.backoff_min_context_len} is "
+            f"above every --backoff-context-lengths ({max(cfg.backoff_context_lengths)} the longest)", always=True)
+    return cfg
 
 
 def _inputs(warehouse: str, memory_limit, debug, kwargs: dict, **source):

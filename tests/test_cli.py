@@ -354,3 +354,21 @@ def test_a_statement_out_of_memory_names_the_flag(tmp_path):
     assert result.exit_code == 1, result.stderr
     assert result.stderr.count("\n") == 1 and ".sql: Out of Memory Error" in result.stderr, result.stderr
     assert result.stderr.rstrip().endswith("raise --memory-limit (DuckDB gets 70% of it)")
+
+
+def test_a_backoff_minimum_above_every_length_is_said(tmp_path):
+    """--backoff-min-context-len above every --backoff-context-lengths leaves the backoff source
+    nothing to look up; the seed (and so the run) goes on without it, which used to be silent."""
+    data, warehouse = str(_mini_traces(tmp_path)), str(tmp_path / "wh")
+    result = run(["run", "--preset", "seed", "--data", data, "--warehouse", warehouse, "--out", str(tmp_path / "a"),
+                  "--backoff-context-lengths", "2,3", "--backoff-min-context-len", "4"])
+    assert result.exit_code == 0, result.stderr
+    assert ("the backoff source proposes nothing: --backoff-min-context-len 4 is above every "
+            "--backoff-context-lengths (3 the longest)") in result.stderr
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert results["per_source"]["backoff"]["proposed"] == 0
+    # a minimum that leaves a length: no warning, and the source proposes
+    result = run(["run", "--preset", "seed", "--data", data, "--warehouse", warehouse, "--out", str(tmp_path / "b"),
+                  "--backoff-context-lengths", "2,3", "--backoff-min-context-len", "3"])
+    assert result.exit_code == 0 and "backoff source" not in result.stderr, result.stderr
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["per_source"]["backoff"]["proposed"] > 0
