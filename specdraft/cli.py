@@ -194,12 +194,24 @@ def main() -> None:
     """
 
 
+REPORT_FILES = ("results.json", "accepted_histogram.svg", "report.html")
+
+
+def _make_out(out: str) -> None:
+    """The output directory, made now: one that cannot be a directory, or that holds a directory
+    where a report file goes, fails before the run (or the report's first file), not after."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        if (Path(out) / name).is_dir():
+            raise click.UsageError(f"{Path(out) / name} is a directory; specdraft writes a file there")
+
+
 def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     from specdraft.pipeline import run_until
     from specdraft.report.results import write_outputs
 
-    if out:  # one that cannot be a directory fails now, not after the run
-        Path(out).mkdir(parents=True, exist_ok=True)
+    if out:
+        _make_out(out)
     results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)
     if out:
         from specdraft.report.html import write_html_report
@@ -417,6 +429,7 @@ def report(run_id, warehouse, out, all_traces, debug) -> None:
     from specdraft.report.results import load_run, write_outputs
 
     results = load_run(Path(warehouse), run_id)
+    _make_out(out)
     write_outputs(results, Path(out))
     write_html_report(Path(warehouse), results, Path(out) / "report.html", all_traces=all_traces)
     click.echo(summary_table(results))

@@ -121,6 +121,18 @@ def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(t
         assert not warehouse.exists() and a_file.read_text() == "mine\n"
     result = run(["compare", "a", "b", "--warehouse", str(warehouse), "--html", str(tmp_path)])
     assert result.exit_code == 2 and "is a directory" in result.stderr
+    # a directory where a report file goes: refused before the run (run), or before its first
+    # file (report), not after results.json was written
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)
+    result = run(["run", "--preset", "seed", "--data", str(data), "--warehouse", str(warehouse), "--out", str(out)])
+    assert result.exit_code == 2 and f"{out / 'report.html'} is a directory" in result.stderr, result.stderr
+    assert not warehouse.exists() and not (out / "results.json").exists()
+    assert run(["run", "--preset", "seed", "--data", str(data), "--warehouse", str(warehouse),
+                "--out", str(tmp_path / "good")]).exit_code == 0
+    result = run(["report", "--warehouse", str(warehouse), "--out", str(out)])
+    assert result.exit_code == 2 and f"{out / 'report.html'} is a directory" in result.stderr, result.stderr
+    assert not (out / "results.json").exists()
 
 
 def test_a_split_whose_responses_are_all_empty_fails_the_run_and_leaves_no_tables(tmp_path):
