@@ -200,7 +200,9 @@ REPORT_FILES = ("results.json", "accepted_histogram.svg", "report.html")
 def _make_out(out: str) -> None:
     """The output directory, made now: one that cannot be a directory, or that holds a directory
     where a report file goes, fails before the run (or the report's first file), not after."""
-    Path(out).mkdir(parents=True, exist_ok=True)
+    from specdraft.files import make_dirs
+
+    make_dirs(out)
     for name in REPORT_FILES:
         if (Path(out) / name).is_dir():
             raise click.UsageError(f"{Path(out) / name} is a directory; specdraft writes a file there")
@@ -382,7 +384,9 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
     cfg = _config(kwargs)
     if train_sizes is not None and cfg.train_limit:
         raise click.UsageError("give --train-sizes or --train-limit (the top of the default series), not both")
-    Path(out).mkdir(parents=True, exist_ok=True)  # one that cannot be a directory fails now, not after every size
+    from specdraft.files import make_dirs
+
+    make_dirs(out)  # one that cannot be a directory fails now, not after every size
     points = scaling_curve(cfg, _inputs(warehouse, memory_limit, debug, kwargs), sizes=train_sizes)
     json_path, svg_path = write_scaling(points, Path(out))
     click.echo(scaling_table(points))
@@ -403,8 +407,11 @@ def compare(run_a, run_b, warehouse, html_path, debug) -> None:
     position and, for runs on the same eval traces, trace and the positions where they chose
     differently. Runs of different presets or datasets compare if they share a tokenizer; the
     run ids are in `specdraft sql "select run_id, dataset, preset from main.runs"`."""
+    from specdraft.files import make_dirs
     from specdraft.report.compare import compare_runs, compare_text, write_compare_html
 
+    if html_path:  # a folder for the page that cannot be made fails now, not after the comparison
+        make_dirs(Path(html_path).parent)
     cmp = compare_runs(Path(warehouse), run_a, run_b)
     click.echo(compare_text(cmp))
     if html_path:

@@ -8,6 +8,7 @@ losing power: there is no fsync.)
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,12 +18,24 @@ from pathlib import Path
 from specdraft.failpoints import reach
 
 
+def make_dirs(path: str | os.PathLike) -> Path:
+    """mkdir -p `path`. Where a file stands on the way, the error names it as not a directory
+    (Path.mkdir says "File exists", as if the directory were there)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        blocking = next(p for p in (path, *path.parents) if p.exists() and not p.is_dir())
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocking)) from None
+    return path
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path` to write; when the block ends cleanly it is renamed to
     `path`, otherwise removed. Failpoints `write:<file name>:before_rename` and `after_rename`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     partial = partial_path(path)
     try:
         yield partial
@@ -40,7 +53,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     removed after (the caller decides whether it may be replaced). Failpoints
     `write:<name>:before_rename` and `after_rename`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     partial = partial_path(path)
     partial.mkdir()
     try:

@@ -133,6 +133,15 @@ def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(t
     result = run(["report", "--warehouse", str(warehouse), "--out", str(out)])
     assert result.exit_code == 2 and f"{out / 'report.html'} is a directory" in result.stderr, result.stderr
     assert not (out / "results.json").exists()
+    # a file on the way to an output: named as not a directory (mkdir said "File exists"), and
+    # compare's page fails before the comparison is printed, not after
+    run_id = json.loads((tmp_path / "good" / "results.json").read_text())["run_id"]
+    for args in (["compare", run_id, run_id, "--html", str(a_file / "cmp.html")],
+                 ["sql", "-o", str(a_file / "x.csv"), "--format", "csv", "select 1"],
+                 ["export", "--out", str(a_file / "bundle")]):
+        result = run([*args, "--warehouse", str(warehouse)])
+        assert result.exit_code == 1 and result.stdout == "", (args, result.stdout)
+        assert result.stderr == f"specdraft: error: {a_file}: Not a directory\n", (args, result.stderr)
 
 
 def test_a_split_whose_responses_are_all_empty_fails_the_run_and_leaves_no_tables(tmp_path):

@@ -416,7 +416,7 @@ def write_cost_curve(curve: dict, out: Path) -> tuple[Path, Path]:
     """cost_curve.json and cost_curve.svg (growth of time and memory against positions) in `out`."""
     from specdraft.report.charts import write_cost_curve_svg
 
-    out.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out)
     json_path = out / "cost_curve.json"
     files.write_text(json_path, json.dumps(curve, indent=2) + "\n")
     return json_path, write_cost_curve_svg(curve, out / "cost_curve.svg")

@@ -113,7 +113,7 @@ def write_scaling(points: list[dict], out: Path) -> tuple[Path, Path]:
     """scaling.json and scaling.svg in `out`."""
     from specdraft.report.charts import write_line_chart_svg
 
-    out.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out)
     json_path = out / "scaling.json"
     files.write_text(json_path, json.dumps(points, indent=2) + "\n")
     dataset = points[0]["dataset"] if points else ""
