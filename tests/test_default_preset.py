@@ -280,3 +280,28 @@ def test_a_family_with_no_eval_draft_is_listed_with_zero(tmp_path):
     assert set(results["per_source"]) == expected
     assert results["per_source"]["arithmetic"]["proposed"] == 0
     assert results["per_source"]["arithmetic"]["avg_accepted"] == 0
+
+
+def test_a_recorded_run_lists_its_several_drafts_in_the_runs_order(leave_one_out_run, tmp_path):
+    """results.json stores its keys sorted, so `report` of a recorded run listed the multi-draft
+    figures alphabetically (all_drafts, top2, top4, tree_b16, ...) where `run` printed them as
+    evaluate makes them (top-k by k, all_drafts, the trees by budget). Both now use that order:
+    the summary table, report.html and compare."""
+    import json
+
+    from specdraft.report.charts import summary_table
+    from specdraft.report.html import write_html_report
+    from specdraft.report.results import load_run
+
+    warehouse, results = leave_one_out_run
+    recorded = json.loads(json.dumps(load_run(warehouse, results["run_id"]), sort_keys=True))
+    assert list(recorded["multi_draft"]) != list(results["multi_draft"])  # what the order was up against
+    names = list(results["multi_draft"])
+    assert names[:3] == ["top2", "top4", "all_drafts"] and names[3:] == sorted(names[3:], key=lambda n: int(n[6:]))
+
+    def listed(text: str) -> list[str]:
+        return [name for line in text.splitlines() for name in names if line.startswith(f"multi-draft {name} ")]
+
+    assert listed(summary_table(recorded)) == listed(summary_table(results)) == names
+    page = write_html_report(warehouse, recorded, tmp_path / "report.html").read_text()
+    assert [page.index(f"<td>{name}</td>") for name in names] == sorted(page.index(f"<td>{name}</td>") for name in names)

@@ -134,9 +134,28 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left_first:
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
+def multi_draft_items(results: dict, key: str = "multi_draft") -> list[tuple[str, dict]]:
+    """results[key]'s figures in the order evaluate makes them: top-k by k, all_drafts, then the
+    token trees by budget (results.json stores its keys sorted, so a recorded run's come back
+    alphabetical).
+
+    >>> [name for name, _ in multi_draft_items({"multi_draft": dict.fromkeys(
+    ...     ["all_drafts", "top2", "top16", "tree_b16", "tree_b64", "tree_b8", "top4"], {})})]
+    ['top2', 'top4', 'top16', 'all_drafts', 'tree_b8', 'tree_b16', 'tree_b64']
+    """
+    def order(name: str) -> tuple[int, int, str]:
+        for rank, prefix in enumerate(("top", "all_drafts", "tree_b")):
+            if name.startswith(prefix):
+                number = name[len(prefix):]
+                return rank, int(number) if number.isdigit() else 0, name
+        return 3, 0, name
+
+    return sorted(results.get(key, {}).items(), key=lambda item: order(item[0]))
+
+
 def summary_table(results: dict) -> str:
     rows = [(key, results[key]) for key, _, _ in SERIES if key in results]
-    rows += [(f"multi-draft {k}", v) for k, v in results.get("multi_draft", {}).items()]
+    rows += [(f"multi-draft {k}", v) for k, v in multi_draft_items(results)]
     rows += list(results.get("per_source", {}).items())
     header = ("metric", "positions", "avg accepted", "hit rate", "full draft", "avg on hit")
     cells = [(name, f"{s['positions']}", f"{s['avg_accepted']:.3f}", f"{100 * s['hit_rate']:.1f}%",

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from specdraft.errors import SpecdraftError
 from specdraft.files import write_text
-from specdraft.report.charts import text_table
+from specdraft.report.charts import multi_draft_items, text_table
 from specdraft.report.html import visible_whitespace
 from specdraft.report.results import load_run
 from specdraft.warehouse.connection import Warehouse
@@ -34,7 +34,7 @@ def compare_runs(warehouse: Path, run_a: str, run_b: str) -> dict:
         raise SpecdraftError(f"runs {a['run_id']} and {b['run_id']} were tokenized with different vocabularies "
                              f"({a['tokenizer']['name']}, {b['tokenizer']['name']}): their tokens do not compare")
     headline = [(key, a[key]["avg_accepted"], b[key]["avg_accepted"]) for key in HEADLINE]
-    both_multi = [k for k in a.get("multi_draft", {}) if k in b.get("multi_draft", {})]
+    both_multi = [k for k, _ in multi_draft_items(a) if k in b.get("multi_draft", {})]
     headline += [(f"multi-draft {k}", a["multi_draft"][k]["avg_accepted"], b["multi_draft"][k]["avg_accepted"])
                  for k in both_multi]
     sources = dict.fromkeys([*a["per_source"], *b["per_source"]])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specdraft.errors import SpecdraftError
 from specdraft.files import write_text
-from specdraft.report.charts import histogram_svg, line_chart_svg, nice_axis, svg_open
+from specdraft.report.charts import histogram_svg, line_chart_svg, multi_draft_items, nice_axis, svg_open
 from specdraft.report.trace_browser import BROWSER_STYLE, browser_data, browser_section
 from specdraft.warehouse.connection import Warehouse
 
@@ -136,7 +136,7 @@ def _multi_draft_section(results: dict) -> str:
     rows = "".join(f"<tr><td>{escape(name)}</td><td>{s['avg_accepted']:.3f}</td>"
                    f"<td>{decode[name]['avg_accepted']:.3f}</td></tr>" if name in decode else
                    f"<tr><td>{escape(name)}</td><td>{s['avg_accepted']:.3f}</td><td></td></tr>"
-                   for name, s in multi.items())
+                   for name, s in multi_draft_items(results))
     return ("<h2>Several drafts verified at once</h2><p>top<i>k</i>: the best of the <i>k</i> best-scored "
             "distinct drafts; tree_b<i>B</i>: a token tree of at most <i>B</i> tokens; all_drafts: the best "
             "of every draft they choose from (the selectable ones and the evidence drafts).</p>"
