@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,22 +79,40 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+PARTIAL = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)(?P<old>\.old)?\.partial")
+
+
 def partial_path(path: Path) -> Path:
     """`.<name>.<pid>.partial` beside `path`, after removing those a killed writer left behind
     (a partial whose pid is still running belongs to a live writer: keep it). An old copy that
     atomic_dir had moved aside, killed before it renamed the new one in, is put back instead."""
     for stale in path.parent.glob(f".{path.name}.*.partial"):
-        pid = stale.name[len(path.name) + 2 : -len(".partial")]
-        old = pid.endswith(".old")
-        pid = pid.removesuffix(".old")
-        if pid.isdigit() and not running(int(pid)):
-            if old and not path.exists():
-                os.replace(stale, path)
-            elif stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                stale.unlink(missing_ok=True)
+        _sweep(stale, path)
     return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def sweep_partials(folder: Path) -> None:
+    """What partial_path does before a write, for every file of `folder`: the partials of killed
+    writers go (an old copy moved aside comes back), so that a file no one writes again does not
+    keep a killed write's partial (a traces Parquet's can be gigabytes) for good."""
+    for stale in Path(folder).glob(".*.partial"):
+        match = PARTIAL.fullmatch(stale.name)
+        if match:
+            _sweep(stale, stale.with_name(match["name"]))
+
+
+def _sweep(stale: Path, path: Path) -> None:
+    """`stale`, a partial of `path`: removed (or put back, an old copy moved aside) once the
+    writer named in it has ended."""
+    match = PARTIAL.fullmatch(stale.name)
+    if match is None or match["name"] != path.name or running(int(match["pid"])):
+        return
+    if match["old"] and not path.exists():
+        os.replace(stale, path)
+    elif stale.is_dir():
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        stale.unlink(missing_ok=True)
 
 
 def running(pid: int) -> bool:

@@ -443,3 +443,28 @@ def test_appends_from_jsonl_and_csv_with_column_flags_equal_parquet_appends(tmp_
     traces = {label: pq.read_table(tmp_path / label / "traces" / "ds.parquet") for label in ("parquet", "other")}
     assert traces["other"].num_rows == pq.read_metadata(base).num_rows + rows.height
     assert traces["other"].replace_schema_metadata().equals(traces["parquet"].replace_schema_metadata())
+
+
+def test_a_killed_appends_traces_partial_goes_at_the_next_writers_open(tmp_path):
+    """An ingest or append killed while writing its traces file left `.ds.parquet.<pid>.partial`
+    (as large as the dataset) in traces/, which only a later write of that same file removed: a
+    dataset never written again kept it for good. Any writer's open now sweeps the partials of
+    writers no longer running; one whose writer runs is kept."""
+    base, first, _ = split_fixture(tmp_path, {"train": 30, "calibration": 6, "eval": 6})
+    root = tmp_path / "wh"
+    args = ["--name", "ds", "--warehouse", str(root)]
+    assert cli("ingest", "--data", base, *args).exit_code == 0
+    stored = (root / "traces" / "ds.parquet").read_bytes()
+    assert killed_at("write:ds.parquet:before_rename", "ingest", "--append", "--data", str(first),
+                     *args).returncode == -9
+    left = [p.name for p in (root / "traces").iterdir() if p.name.endswith(".partial")]
+    assert len(left) == 1 and left[0].startswith(".ds.parquet."), left
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        running = root / "traces" / f".other.parquet.{live.pid}.partial"  # a live writer's: kept
+        running.write_text("being written")
+        assert cli("sql", "--write", "--warehouse", root, "select 1").exit_code == 0
+        assert sorted(p.name for p in (root / "traces").iterdir()) == sorted(["ds.parquet", running.name])
+    finally:
+        live.communicate(b"")
+    assert (root / "traces" / "ds.parquet").read_bytes() == stored

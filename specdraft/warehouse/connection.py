@@ -30,6 +30,7 @@ import pyarrow.parquet
 
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.failpoints import reach
+from specdraft.files import sweep_partials
 from specdraft.warehouse import snapshot
 from specdraft.warehouse.lock import LOCK_FILE, WriterLock
 from specdraft.warehouse.sql_files import SqlFile, load_sql
@@ -206,6 +207,7 @@ class Warehouse:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
             for stale in (self.root / "tmp").glob(f"*{SPILL_SUFFIX}"):  # a killed writer's (this one holds the lock)
                 stale.unlink()
+            sweep_partials(self.traces_dir)  # a killed ingest's or append's traces file
             # only publish_snapshot checkpoints, never while it copies (snapshot.py)
             self.con.execute("set checkpoint_threshold = '1000TB'")
             # Nor does it vacuum: the warehouse deletes no rows (it replaces tables), so what a
