@@ -897,3 +897,74 @@ def test_a_queried_build_exports_the_bundle_of_a_build_of_every_context(built, t
     assert {"ngram.arrow", "backoff.arrow"} <= set(tables)
     for name in tables:
         assert files[root][name] == files[everything][name], name
+
+
+SPLIT_CHARACTERS = "龘Ⅻ "  # each two Qwen tokens, neither of which decodes alone
+
+
+def _with_split_characters(path: Path) -> Path:
+    """The parity fixture with SPLIT_CHARACTERS after every word."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def inject(text):
+        return None if text is None else re.sub(r"\b(\w+) ", lambda m: m.group(1) + " " + SPLIT_CHARACTERS, text)
+
+    rows = pq.read_table(FIXTURE).to_pylist()
+    pq.write_table(pa.Table.from_pylist([dict(row, problem=inject(row["problem"]),
+                                              raw_reasoning=inject(row["raw_reasoning"])) for row in rows]), path)
+    return path
+
+
+def test_a_decode_step_over_split_characters_is_the_live_drafters(tmp_path):
+    """--preset default's decode-step figures walk over its every-position choices. Prompt
+    autocomplete decoded the current line chunk by chunk (token by token at every position), so a
+    character split over two tokens was U+FFFDs there but the character in a live decode step,
+    whose chunks are whole accepted drafts: the replay's decode step differed from the run's (a
+    helper's review: 3.664789 live against 3.665728 on the demo's text with these characters).
+    The line is now decoded whole (drafters/autocomplete.py), and the two are equal."""
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(DEFAULT.tokenizer)
+    assert any("\ufffd" in tokenizer.decode([token]) for token in tokenizer.encode(SPLIT_CHARACTERS))
+    data = _with_split_characters(tmp_path / "split.parquet")
+    results = run_all(DEFAULT, tmp_path / "warehouse", str(data), "unused")
+    assert results["per_source"]["prompt-autocomplete"]["proposed"] > 0
+    export_bundle(tmp_path / "warehouse", None, tmp_path / "bundle")
+    figures = replay(tmp_path / "warehouse", None, tmp_path / "bundle")
+    assert figures["exact_share"] == 1.0
+    assert figures["every_position"]["equal"] and figures["decode_step"]["equal"], figures["decode_step"]
+
+
+def test_a_whole_line_is_the_same_whichever_positions_were_visited():
+    """PromptAutocomplete(whole_lines=True): the current line at a position is one function of
+    the tokens before it, for a byte-level vocabulary (its tokens' bytes) and any other (the decode
+    of the line's tokens); chunk by chunk, as the seed decodes, it depends on the visits."""
+    from specdraft.drafters.autocomplete import PromptAutocomplete
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(DEFAULT.tokenizer)
+    prompt = f"Count the {SPLIT_CHARACTERS}coins of the {SPLIT_CHARACTERS}box.\n"
+    tokens = tokenizer.encode(prompt + f"So the {SPLIT_CHARACTERS}coins:\nthe {SPLIT_CHARACTERS}box has 3 of the "
+                                       f"{SPLIT_CHARACTERS}coins")
+    prompt_len = len(tokenizer.encode(prompt))
+    positions = range(len(tokens) - prompt_len + 1)
+
+    def lines(whole: bool, visited, byte_level: bool = True) -> dict[int, str]:
+        walker = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, 16, whole_lines=whole)
+        if not byte_level:
+            walker.tokenizer = type("NotByteLevel", (), {"byte_level": False, "decode": tokenizer.decode})()
+        walker.start_walk()
+        return {cpos: walker.line_at(cpos) for cpos in visited}
+
+    every = lines(True, positions)
+    assert every[len(positions) - 1] == f"the {SPLIT_CHARACTERS}box has 3 of the {SPLIT_CHARACTERS}coins"
+    assert every == {cpos: tokenizer.decode(tokens[prompt_len : prompt_len + cpos]).rsplit("\n", 1)[-1]
+                     for cpos in positions}
+    assert lines(True, positions, byte_level=False) == every
+    for step in (2, 3, 5):
+        visited = positions[::step]
+        assert lines(True, visited) == {cpos: every[cpos] for cpos in visited}
+        assert lines(True, visited, byte_level=False) == {cpos: every[cpos] for cpos in visited}
+    chunked = lines(False, positions)
+    assert chunked != every and "\ufffd" in chunked[len(positions) - 1]

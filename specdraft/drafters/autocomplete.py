@@ -8,7 +8,15 @@ span, tokenized.
 The decoded text depends on how it was decoded: the seed decodes the tokens between two
 visited positions as one chunk, and a multi-byte character split across chunks decodes to
 U+FFFD. So the current line depends on the walk (every position, every second position, or a
-decode-step walk), and `PromptAutocomplete.walk` takes the visited positions.
+decode-step walk), and `PromptAutocomplete.walk` takes the visited positions. --preset seed keeps
+that (its decode step re-walks the source over the positions it visits, as the seed does).
+
+--preset default decodes the line whole instead (`whole_lines`): the current line is the decode
+of the known response's tokens since its last newline, whichever positions were visited before,
+so the draft at a position is one function of the tokens before it. Its decode-step figures,
+which walk over the every-position choices, are then what the live drafter proposes in that
+walk. (Chunk by chunk, a line holding a character split over two tokens differed between the
+two: every position decoded it as U+FFFDs, a live decode step as the character.)
 
 >>> segment_after_delimiters("so x = 3 * (total cost")
 'total cost'
@@ -206,18 +214,27 @@ def single_token_decoder(tokenizer: Tokenizer):
     return lru_cache(maxsize=None)(lambda token: tokenizer.decode([token]))
 
 
+@lru_cache(maxsize=8)
+def single_token_bytes(tokenizer: Tokenizer):
+    """A cached token_bytes of one token id (a whole-line walk reads one token a step)."""
+    return lru_cache(maxsize=None)(tokenizer.token_bytes)
+
+
 def prompt_score(segment: str) -> float:
     return 52.0 + min(len(segment), 56) * 0.55
 
 
 class PromptAutocomplete:
-    """Prompt-autocomplete drafts for one trace."""
+    """Prompt-autocomplete drafts for one trace; whole_lines: the current line decoded whole
+    (--preset default), else chunk by chunk as the seed's TextCursor (see the module docstring)."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt: str, tokens: list[int], prompt_len: int, draft_len: int):
+    def __init__(self, tokenizer: Tokenizer, prompt: str, tokens: list[int], prompt_len: int, draft_len: int,
+                 whole_lines: bool = False):
         self.tokenizer = tokenizer
         self.tokens = tokens
         self.prompt_len = prompt_len
         self.draft_len = draft_len
+        self.whole_lines = whole_lines
         self.span_index = SpanIndex(prompt)
         self._encode = lru_cache(maxsize=4096)(self._encode_rest)
         self.start_walk()
@@ -242,11 +259,16 @@ class PromptAutocomplete:
     def start_walk(self) -> None:
         self._line = ""
         self._known = self.prompt_len
+        self._line_start = self.prompt_len  # whole_lines: the token holding the line's newline
+        self._line_bytes = b""  # whole_lines, a byte-level vocabulary: the line's bytes
 
     def line_at(self, completion_pos: int) -> str:
         """The current line once `completion_pos` response tokens are known, decoding as the
-        seed's TextCursor: the tokens since the previous call are decoded as one chunk."""
+        seed's TextCursor: the tokens since the previous call are decoded as one chunk (or, with
+        whole_lines, the line's tokens as one)."""
         known_len = self.prompt_len + completion_pos
+        if self.whole_lines:
+            return self._whole_line_at(known_len)
         if known_len > self._known:
             if known_len == self._known + 1:
                 piece = single_token_decoder(self.tokenizer)(self.tokens[self._known])
@@ -257,6 +279,32 @@ class PromptAutocomplete:
             else:
                 self._line += piece
             self._known = known_len
+        return self._line
+
+    def _whole_line_at(self, known_len: int) -> str:
+        """The text after the last newline of the known response, decoded as one: the same
+        whichever positions were visited before. A byte-level vocabulary's line is its tokens'
+        bytes (a newline byte is never inside a character), decoded as tiktoken decodes; another
+        vocabulary's is the decode of its tokens from the one holding the newline."""
+        if known_len <= self._known:
+            return self._line
+        new = self.tokens[self._known : known_len]
+        self._known = known_len
+        if self.tokenizer.byte_level:
+            token_bytes = single_token_bytes(self.tokenizer)
+            for token in new:
+                piece = token_bytes(token)
+                if b"\n" in piece:
+                    self._line_bytes = piece.rsplit(b"\n", 1)[1]
+                else:
+                    self._line_bytes += piece
+            self._line = self._line_bytes.decode("utf-8", errors="replace")
+            return self._line
+        decode = single_token_decoder(self.tokenizer)
+        for at, token in enumerate(new, start=known_len - len(new)):
+            if "\n" in decode(token):
+                self._line_start = at
+        self._line = self.tokenizer.decode(self.tokens[self._line_start : known_len]).rsplit("\n", 1)[-1]
         return self._line
 
     def walk(self, completion_positions: Iterable[int]) -> Iterator[tuple[int, tuple[tuple[int, ...], float] | None]]:

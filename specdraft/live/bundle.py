@@ -248,6 +248,9 @@ class ConfidenceChoice:
     per_draft: bool = False
     # the families whose drafts the run proposed (proposed_families)
     proposed: tuple[str, ...] = families.NAMES
+    # prompt autocomplete's line decoded whole (drafters/autocomplete.py); a bundle of a run
+    # before 2026-12-07 decodes it chunk by chunk, as that run did
+    whole_lines: bool = False
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,8 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
             return ConfidenceChoice(choices, tuple(data["features"]), ensemble,
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
-                                    data.get("scoring") == "per-draft", proposed_families(data))
+                                    data.get("scoring") == "per-draft", proposed_families(data),
+                                    data.get("autocomplete_lines") == "whole")
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

@@ -26,7 +26,8 @@ The state:
 - --preset default: per context length, each context's count of earlier places and its latest
   two (confidence.RecentIndex), frozen the same way for a long prompt;
 - the current line for prompt autocomplete, decoded from the tokens since the last propose as
-  one chunk, as the seed's TextCursor decodes between the positions it visits;
+  one chunk, as the seed's TextCursor decodes between the positions it visits (--preset seed),
+  or the line's tokens decoded whole (--preset default: drafters/autocomplete.py);
 - the last backoff walk: if the tokens since then are the start of its draft, the new walk is
   the rest of it (each step depends only on the tokens before it), plus the steps it lacks.
 
@@ -195,7 +196,8 @@ class Session:
         self._copy, self._frozen, self._frozen_pos = self._copy_index()
         tokenizer = drafter.tokenizer
         self._autocomplete = PromptAutocomplete(tokenizer, tokenizer.decode(self.tokens), self.tokens,
-                                                self.prompt_len, drafter.draft_len)
+                                                self.prompt_len, drafter.draft_len,
+                                                getattr(drafter.policy, "whole_lines", False))
         self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
         self._recent = self._recent_index() if drafter.choices is not None else None
         # --preset default: position -> its context keys per recent length, until the copy index takes them
@@ -385,7 +387,7 @@ class Session:
         return None
 
     def _prompt_candidate(self):
-        """drafters/autocomplete.py, the line decoded from the tokens since the last propose."""
+        """drafters/autocomplete.py: the line decoded from the tokens since the last propose, or whole."""
         autocomplete = self._autocomplete
         proposal = autocomplete.propose(autocomplete.line_at(len(self.tokens) - self.prompt_len))
         if proposal is None:

@@ -31,6 +31,9 @@ class Policy(Protocol):
     # Whether the n-gram drafts each context's most supported path rather than its most frequent
     # continuation (sql/drafters/ngram_choices.sql).
     ngram_by_support: ClassVar[bool]
+    # Whether prompt autocomplete decodes the current line whole rather than chunk by chunk as the
+    # seed (drafters/autocomplete.py): then a draft depends on the tokens before it only.
+    whole_lines: ClassVar[bool]
     # Modules calibrate() imports that take a second or more to load (LightGBM: 1.2 s); the pipeline
     # imports them in a background thread while the earlier stages run.
     slow_imports: ClassVar[tuple[str, ...]]

@@ -247,8 +247,9 @@ MULTI_DRAFT = (2, 4)
 def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families: tuple[str, ...] = ()) -> Evaluation:
     """Every position, decode step and multi-draft acceptance under the confidence policy.
 
-    Every source here is a function of the known prefix (prompt autocomplete decodes token by
-    token in every walk), so the decode-step walk reads the every-position choices.
+    Every source here is a function of the known prefix (prompt autocomplete decodes the current
+    line whole: drafters/autocomplete.py), so the decode-step walk reads the every-position
+    choices, which are what the live drafter proposes in that walk.
     """
     lengths = _fetch(wh.query("policy/eval_lengths"))
     n_resp = lengths.column("n_response").to_numpy().astype(np.int64)

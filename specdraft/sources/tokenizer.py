@@ -104,6 +104,9 @@ class Tokenizer:
 
     name: str
     vocab_size: int
+    # Is a text's decode its tokens' bytes (token_bytes) joined and decoded as UTF-8, with
+    # replacement characters where they are not? (tiktoken's vocabularies: yes.)
+    byte_level: bool = False
 
     @property
     def fingerprint(self) -> str:
@@ -148,6 +151,8 @@ class OfflineQwenTokenizer(Tokenizer):
     Ids equal ``get_tokenizer(model).encode(text)``: NFC first, special tokens such as
     ``<|im_end|>`` (and Qwen3.5's ``<think>``) recognised anywhere in the text.
     """
+
+    byte_level = True
 
     def __init__(self, name: str, model: str = OFFLINE_QWEN_MODEL) -> None:
         self.name = name
