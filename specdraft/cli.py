@@ -693,9 +693,12 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
     positions.
     """
     import json
+    import signal
 
     from specdraft.measure import bench as benchmark
 
+    # stopped, as by Ctrl-C: the run being measured is stopped too, and the temporary folders go
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     ctx = click.get_current_context()
     curve_only = [name for name in ("base_rows", "scales", "preset", "out")
                   if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
@@ -711,6 +714,10 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
         if not base_rows:
             raise click.UsageError("--cost-curve needs --base-rows (or --train-limit)")
         flags = {key: value for key, value in flags.items() if value is not None}
+        if out:  # one that cannot be a directory fails now, not after every point
+            from specdraft.files import make_dirs
+
+            make_dirs(out)
         curve = benchmark.cost_curve(Path(data), base_rows, scales, flags, memory_limit, preset)
         click.echo(json.dumps(curve, indent=2) if as_json else benchmark.format_cost_curve(curve))
         if out:
@@ -726,6 +733,9 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
         raise SpecdraftError(f"{reference}: reference script not found; pass --reference")
     result = benchmark.run_bench(Path(data), flags, reference, memory_limit, Path(peer) if peer else None, repeat)
     click.echo(json.dumps(result, indent=2) if as_json else benchmark.format_bench(result))
+    differ = [name for name, equal in result["parity"].items() if not equal]
+    if differ:  # after the table, which shows them
+        raise SpecdraftError(f"parity failed: the {', '.join(differ)} histograms differ from the reference's")
 
 def entry() -> None:
     """The `specdraft` command (and `python -m specdraft.cli`): main(), and on success an exit that

@@ -20,13 +20,16 @@ from specdraft.failpoints import reach
 
 
 def make_dirs(path: str | os.PathLike) -> Path:
-    """mkdir -p `path`. Where a file stands on the way, the error names it as not a directory
-    (Path.mkdir says "File exists", as if the directory were there)."""
+    """mkdir -p `path`. Where a file stands on the way, the error names that file as not a
+    directory (Path.mkdir says "File exists" of it, as if the directory were there, or names the
+    path below it)."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        blocking = next(p for p in (path, *path.parents) if p.exists() and not p.is_dir())
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is None:  # gone meanwhile
+            raise
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocking)) from None
     return path
 

@@ -397,3 +397,86 @@ def test_comparison_with_the_peer_tables_both_presets_stages():
     rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
     assert rows["ingest"] == ["4.50", "0.50", "8.00", "0.75"]
     assert rows["total"] == ["9.00", "-", "16.00", "-"]
+
+
+CONCURRENT_CHILDREN = """
+import subprocess, sys
+child = "import sys, time, numpy as np; block = np.ones(int(sys.argv[1]) // 8); print(block.size, flush=True); time.sleep(1)"
+kids = [subprocess.Popen([sys.executable, "-c", child, sys.argv[1]], stdout=subprocess.PIPE) for _ in range(2)]
+assert all(kid.stdout.readline() for kid in kids)  # both hold their block (for a second: 50 samples)
+assert all(kid.wait() == 0 for kid in kids)
+"""
+
+
+def test_measure_sums_the_process_trees_memory():
+    """bench.measure's peak is the process tree's, sampled from outside: two children that each
+    hold 200 MB at once peak above 400 MB. getrusage in the wrapper, which it was, gives the
+    largest single process's high-water mark: about 200 MB."""
+    from specdraft.measure.bench import measure
+
+    tree = measure([sys.executable, "-c", CONCURRENT_CHILDREN, str(ALLOCATE)])
+    assert tree["returncode"] == 0, tree["stderr"]
+    assert tree["largest_process_peak_rss_bytes"] < 2 * ALLOCATE
+    assert tree["peak_rss_bytes"] == tree["tree_peak_rss_bytes"] >= 2 * ALLOCATE
+
+
+def _fake_reference(path: Path) -> Path:
+    figures = {"avg_accepted": 0.0, "positions": 1, "histogram": {"0": 1}}
+    path.write_text("import json\nprint(json.dumps(" + repr(
+        {"every_position": figures, "oracle_best": figures, "decode_step_causal": figures}) + "))\n")
+    return path
+
+
+def test_a_parity_failure_fails_the_bench(tmp_path):
+    """A reference whose histograms differ from specdraft's printed 'NO' and exited 0, so a script
+    or CI running the bench passed; it now exits 1 after the table, naming the histograms."""
+    result = run(["bench", "--data", str(FIXTURE), "--reference", str(_fake_reference(tmp_path / "ref.py")),
+                  "--max-index-positions", "5000", "--backoff-max-index-positions", "6000", *FIXTURE_FLAGS])
+    assert result.exit_code == 1
+    assert "parity (histograms equal): selected NO, oracle_best NO, decode_step NO" in result.stdout
+    assert result.stderr.strip().endswith("parity failed: the selected, oracle_best, decode_step histograms "
+                                          "differ from the reference's"), result.stderr
+
+
+def test_a_cost_curve_output_under_a_file_fails_before_the_curve(tmp_path):
+    """`bench --cost-curve --out` under a file ran every point, printed the table, then failed."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    result = run(["bench", "--cost-curve", "--data", str(FIXTURE), "--base-rows", "10", "--scales", "1",
+                  "--out", str(a_file / "curve")])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == f"specdraft: error: {a_file}: Not a directory\n"
+
+
+def test_a_stopped_bench_stops_its_run_and_leaves_nothing(tmp_path):
+    """SIGTERM (or Ctrl-C) to the bench alone ended its wrapper, but the run it measured went on,
+    orphaned, and wrote its temporary warehouse again after the bench's cleanup. The bench now
+    passes the signal on and waits: when it has exited, no process of the run is left, nor its
+    folders."""
+    import os
+    import signal
+    import subprocess
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    bench = subprocess.Popen([sys.executable, "-m", "specdraft.cli", "bench", "--data", str(FIXTURE),
+                              "--reference", str(_fake_reference(tmp_path / "ref.py")), *FIXTURE_FLAGS],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # the run has started once its warehouse is there (DuckDB made its file)
+        while not list(tmp_path.glob("specdraft-bench-*/warehouse/specdraft.duckdb")):
+            assert bench.poll() is None, bench.stderr.read()
+        bench.send_signal(signal.SIGTERM)
+        exit_code = bench.wait(timeout=120)
+    finally:
+        bench.kill()
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
+    assert left == [] and list(tmp_path.glob("specdraft-bench-*")) == []
+    assert exit_code == 128 + signal.SIGTERM
+
+
+def _cmdline_mentions(pid: str, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False

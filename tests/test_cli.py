@@ -111,9 +111,8 @@ def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(t
     for args, exit_code, says in (
         (["--warehouse", str(a_file)], 2, "is a file"),
         (["--warehouse", str(warehouse), "--out", str(a_file)], 2, "is a file"),
-        (["--warehouse", str(a_file / "wh")], 1, f"specdraft: error: {a_file / 'wh'}: Not a directory"),
-        (["--warehouse", str(warehouse), "--out", str(a_file / "out")], 1,
-         f"specdraft: error: {a_file / 'out'}: Not a directory"),
+        (["--warehouse", str(a_file / "wh")], 1, f"specdraft: error: {a_file}: Not a directory"),
+        (["--warehouse", str(warehouse), "--out", str(a_file / "out")], 1, f"specdraft: error: {a_file}: Not a directory"),
     ):
         result = run(["run", "--preset", "seed", "--data", str(data), *args])
         assert result.exit_code == exit_code and says in result.stderr and "Traceback" not in result.stderr, \

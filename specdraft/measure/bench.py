@@ -1,10 +1,13 @@
 """Benchmark: the seed reference and specdraft on the same data, cold, with the ratios; and
 specdraft's cost curve, how its time and memory grow with the indexed train positions.
 
-Each run is its own process under a small wrapper that reports its wall time and peak resident
-memory (getrusage of the wrapper's only child). specdraft runs end to end (ingest to report) into
-a fresh warehouse, and its results.json gives each stage's wall time and peak memory. The
-every-position histograms of specdraft and the reference are compared.
+Each run is its own process under a small wrapper (watch.py) that reports its wall time and
+peak resident memory: the process tree's, sampled every 20 ms from outside (forked workers
+included), or the kernel's high-water mark of its largest process if higher. specdraft runs end
+to end (ingest to report) into a fresh warehouse, and its results.json gives each stage's wall
+time and peak memory; the next run starts once its last snapshot copy for readers, which outlives
+the process, is in. The every-position histograms of specdraft and the reference are compared,
+and the bench fails (exit 1, after its table) where they differ.
 
 specdraft runs first, so that it does not start in the wake of the reference's 12 GB (the page
 cache that evicted is read again): specdraft run just after a process had touched and freed
@@ -30,8 +33,10 @@ development set).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,18 +60,24 @@ GIB = 1024**3
 
 
 def measure(command: list[str]) -> dict:
-    """Run `command` in a child of a fresh wrapper process; return its wall time, peak RSS and stdout."""
-    wrapper = (
-        "import json, resource, subprocess, sys, time\n"
-        "t = time.perf_counter()\n"
-        "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)\n"
-        "wall = time.perf_counter() - t\n"
-        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
-        "print(json.dumps({'wall_s': wall, 'peak_rss_bytes': rss, 'returncode': p.returncode,"
-        " 'stdout': p.stdout, 'stderr': p.stderr[-4000:]}))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    """Run `command` under a fresh wrapper process (watch.py); return its wall time, peak RSS
+    (the process tree's), exit code and output, and `started_at`, the wall-clock time it started.
+    Interrupted (Ctrl-C) or stopped (SIGTERM, which the CLI turns into SystemExit), the bench
+    passes the signal to the wrapper, which passes it on, and waits for both: no run goes on
+    without it (the wrapper ended by its parent's exception used to leave its child running)."""
+    # a session of its own: a terminal's Ctrl-C reaches the bench alone, which passes it on once
+    wrapper = subprocess.Popen([sys.executable, "-m", "specdraft.measure.watch", *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = wrapper.communicate()
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            wrapper.send_signal(signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM)
+        wrapper.communicate()
+        raise
+    if wrapper.returncode != 0:
+        raise SpecdraftError(f"the bench's wrapper failed ({wrapper.returncode}):\n{stderr[-4000:]}")
+    return json.loads(stdout)
 
 
 def _flags(options: dict) -> list[str]:
@@ -85,19 +96,31 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
                    "--preset", preset, *_flags(flags)]
         if memory_limit:
             command += ["--memory-limit", memory_limit]
-        started = time.time()
-        run = measure(command)
+        try:
+            run = measure(command)
+        finally:
+            _wait_for_snapshot_copy(Path(tmp) / "warehouse")
         if run["returncode"] != 0:
             raise SpecdraftError(f"specdraft failed:\n{run['stderr']}")
         path = Path(tmp) / "out" / "results.json"
-        # from before the process started to when results.json was written (the report page and
-        # the process's exit come after it)
-        run["results_s"] = path.stat().st_mtime - started
+        # from just before the process started to when results.json was written (the report page
+        # and the process's exit come after it)
+        run["results_s"] = path.stat().st_mtime - run["started_at"]
         results = json.loads(path.read_text())
     # getrusage sees the kernel's peak of the whole process; the run's own sampled maximum (10 ms
     # readings) can only be at or below it, and is taken where getrusage is not available
     run["peak_rss_bytes"] = max(run["peak_rss_bytes"], results.get("peak_rss_bytes_by_stage", {}).get("total", 0))
     return run, results
+
+
+def _wait_for_snapshot_copy(warehouse: Path) -> None:
+    """Until the run's last copy of its warehouse for readers is in: a process of its own that
+    outlives the run and holds the writer's lock until done (snapshot.Copy), so that it neither
+    runs into the next timed run nor finds its folder deleted under it."""
+    from specdraft.warehouse.lock import LOCK_FILE, WriterLock
+
+    if (warehouse / LOCK_FILE).exists():
+        WriterLock(warehouse / LOCK_FILE).release()
 
 
 def peer_python(build: Path, script: Path = DEFAULT_PEER_SCRIPT) -> Path:
@@ -254,8 +277,8 @@ def format_bench(result: dict) -> str:
         rows = [("reference", ref), *presets, (f"SuffixDecoding ({result['peer']['config']})", result["peer"])]
     width = max(len(name) for name, _ in rows) + 2
     repeat = result.get("repeat", 1)
-    repeats = (f"specdraft and the peer: the median of {repeat} runs each, taken in turns (range: fastest to "
-               "slowest); the reference: one run")
+    repeats = (f"{'specdraft and the peer' if 'peer' in result else 'specdraft'}: the median of {repeat} runs "
+               "each, taken in turns (range: fastest to slowest); the reference: one run")
     lines = [
         f"data: {result['data']}",
         f"flags: {' '.join(_flags(result['flags']))}",

@@ -30,7 +30,7 @@ import pyarrow.parquet
 
 from specdraft.errors import SpecdraftError, first_line
 from specdraft.failpoints import reach
-from specdraft.files import sweep_partials
+from specdraft.files import make_dirs, sweep_partials
 from specdraft.warehouse import snapshot
 from specdraft.warehouse.lock import LOCK_FILE, WriterLock
 from specdraft.warehouse.sql_files import SqlFile, load_sql
@@ -187,7 +187,7 @@ class Warehouse:
     def __post_init__(self) -> None:
         self.root = Path(self.root)
         if not self.read_only:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.root)
             (self.root / "traces").mkdir(exist_ok=True)
         db_path = self.root / DB_FILE
         if self.read_only and not db_path.exists():
