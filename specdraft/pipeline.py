@@ -75,6 +75,7 @@ class RunState:
     policy: Any = None
     evaluation: Any = None  # policy.evaluate.Evaluation
     build_keys: dict[str, str] = field(default_factory=dict)  # each kept stage's, as this run used it
+    reused: list[str] = field(default_factory=list)  # the kept stages whose tables were built before it
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ def _report(run: RunState) -> dict:
     results = build_results(run.wh, run.cfg, run.inputs.dataset_name, run.meta, run.counters, run.policy,
                             evaluation, run.timer.seconds)
     results["peak_rss_bytes_by_stage"] = run.timer.peak_rss_bytes
+    results["reused_stages"] = run.reused  # their tables were there: their times are a warm run's
     results["dropped_empty_completions"] = dropped_traces(run.wh, run.cfg, run.path)
     if run.leave_one_out:
         with run.timer.stage("leave_one_out"):
@@ -329,7 +331,9 @@ def _run_stage(stage: Stage, run: RunState):
         if stage.kept:
             key = run.build_keys[stage.name] = build_key(stage, run)
             built = run.wh.built_with(stage.name)
-            if not same_build(built, key):
+            if same_build(built, key):
+                run.reused.append(stage.name)
+            else:
                 with run.wh.transaction(stage.name):
                     run.wh.mark_built(stage.name, stage.build(run, built, key))
                     for later in STAGES[STAGES.index(stage) + 1:]:
