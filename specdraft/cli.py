@@ -706,6 +706,8 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
         raise click.UsageError("--peer is for the comparison, not --cost-curve")
     if cost_curve and repeat > 1:
         raise click.UsageError("--repeat is for the comparison, not --cost-curve")
+    if cost_curve and reference:  # the curve runs specdraft alone
+        raise click.UsageError("--reference is for the comparison, not --cost-curve")
     if cost_curve:
         train_limit = flags.pop("train_limit")
         if base_rows and train_limit:

@@ -234,6 +234,7 @@ def test_cost_curve_json_on_stdout(tmp_path):
     ["--base-rows", "5"],  # curve options without --cost-curve
     ["--scales", "1,2"],
     ["--cost-curve", "--base-rows", "5", "--repeat", "2"],  # repeats are for the comparison
+    ["--cost-curve", "--base-rows", "5", "--reference", __file__],  # and the reference (it was ignored)
     ["--repeat", "0"],
 ])
 def test_cost_curve_usage_errors(args):
