@@ -586,21 +586,25 @@ def replay(run_id, bundle, warehouse, fmt, debug) -> None:
 
     Each trace is started with its prompt, then at every response position the drafter proposes
     and is extended by the true next token, as a decoder would call it; a second walk takes the
-    decode steps. Prints the share of positions where the live draft equals the run's chosen
-    draft, accepted tokens per position beside the run's, the latency of propose and extend, the
+    decode steps (each session given the prompt's text, as the run read it). Fails (exit 1)
+    where the live drafter is not the run's. Prints the share of positions where the live draft
+    equals the run's chosen draft, accepted tokens per position beside the run's, the latency of
+    propose and extend, the
     bundle's size, its load time and the process's memory once loaded.
     """
     import json
 
     from specdraft.live.replay import format_replay
     from specdraft.live.replay import replay as run_replay
-    from specdraft.progress import say
 
     result = run_replay(Path(warehouse), run_id, Path(bundle))
     click.echo(json.dumps(result, indent=2) if fmt == "json" else format_replay(result))
-    if result["exact_positions"] != result["positions"]:
-        say(f"warning: the live draft differs from the run's at "
-            f"{result['positions'] - result['exact_positions']} positions", always=True)
+    differ = result["positions"] - result["exact_positions"]
+    walks = [name.replace("_", " ") for name in ("every_position", "decode_step") if not result[name]["equal"]]
+    if differ or walks:  # after the table, which shows them: the bundle is not the drafter measured
+        raise SpecdraftError("the live drafter is not the run's: "
+                             + "; ".join([f"its draft differs at {differ} positions"] * bool(differ)
+                                         + [f"its {walk} figures differ" for walk in walks]))
 
 
 @main.command()

@@ -23,6 +23,7 @@ from specdraft.cli import main
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
 from specdraft.live import drafter as live_drafter
+from specdraft.live import replay as live_replay
 from specdraft.live.bundle import export_bundle
 from specdraft.live.confidence import Candidate
 from specdraft.live.replay import every_position, replay
@@ -968,3 +969,52 @@ def test_a_whole_line_is_the_same_whichever_positions_were_visited():
         assert lines(True, visited, byte_level=False) == {cpos: every[cpos] for cpos in visited}
     chunked = lines(False, positions)
     assert chunked != every and "\ufffd" in chunked[len(positions) - 1]
+
+
+def _with_decomposed_accents(path: Path) -> Path:
+    """The parity fixture with "Cafe" + a combining acute accent (not NFC, which Qwen's tokenizer
+    applies) before every "the " of its prompts and responses."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def inject(text):
+        return None if text is None else text.replace("the ", "the Cafe\u0301 mugs of the ")
+
+    rows = pq.read_table(FIXTURE).to_pylist()
+    pq.write_table(pa.Table.from_pylist([dict(row, problem=inject(row["problem"]),
+                                              raw_reasoning=inject(row["raw_reasoning"])) for row in rows]), path)
+    return path
+
+
+@pytest.mark.parametrize("cfg", [SEED, DEFAULT], ids=["seed", "default"])
+def test_a_prompt_the_tokenizer_normalises_replays_exactly(tmp_path, cfg):
+    """A session decoded its prompt's tokens for prompt autocomplete, where the run had read the
+    dataset's text: with a prompt not in NFC (which Qwen's tokenizer applies), the two differed,
+    and a helper's replay under --preset seed matched 745 of 790 positions (every position 3.863
+    live against 4.049), with exit 0. A session now takes the prompt's text (prompt_text), which
+    replay passes, and --preset default reads the decode in the warehouse too."""
+    data = _with_decomposed_accents(tmp_path / "nfd.parquet")
+    run_all(cfg, tmp_path / "warehouse", str(data), "unused")
+    export_bundle(tmp_path / "warehouse", None, tmp_path / "bundle")
+    result = CliRunner().invoke(main, ["replay", "--warehouse", str(tmp_path / "warehouse"),
+                                       "--bundle", str(tmp_path / "bundle"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout)
+    assert figures["exact_share"] == 1.0 and figures["every_position"]["equal"] and figures["decode_step"]["equal"]
+
+
+def test_replay_fails_where_the_live_drafter_is_not_the_runs(built, monkeypatch):
+    """A replay whose live drafts differ from the run's printed a warning and exited 0 (its
+    'equal' column compares histograms, which can agree): a script or CI could not tell. It
+    now fails after the table, saying what differs."""
+    root, _ = built
+    honest = live_replay.replay
+
+    def one_draft_off(*args):
+        result = honest(*args)
+        return {**result, "exact_positions": result["positions"] - 1}
+
+    monkeypatch.setattr(live_replay, "replay", one_draft_off)
+    result = CliRunner().invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle")])
+    assert result.exit_code == 1 and result.stdout.startswith("run ")  # the table first
+    assert result.stderr.strip() == "specdraft: error: the live drafter is not the run's: its draft differs at 1 positions"

@@ -63,15 +63,19 @@ def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
     )
 
 
-def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig, whole_lines: bool = False) -> pa.Table:
+def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig,
+                      text_from_tokens: bool = False) -> pa.Table:
     """Prompt autocomplete's drafts at the query positions of query_traces.sql's rows: Python text
     work, which touches no connection (build_candidates runs it beside the SQL sources).
-    whole_lines: the policy's (PromptAutocomplete)."""
+    text_from_tokens: the policy's (policy.Policy): the prompt's text is the decode of its tokens,
+    and the current line is decoded whole."""
     rows = []
     for trace_id, _split, prompt_len, tokens, prompt, completion_positions in progress(
         traces, desc="prompt autocomplete", unit="trace"
     ):
-        drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, cfg.draft_len, whole_lines)
+        if text_from_tokens:
+            prompt = tokenizer.decode(tokens[:prompt_len])
+        drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, cfg.draft_len, text_from_tokens)
         for cpos, proposal in drafter.walk(completion_positions):
             if proposal is not None:
                 draft, score = proposal
@@ -119,7 +123,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     # sources, where they are tables) are DuckDB and numpy, which let go of the GIL: the two run
     # side by side (on the development set the stage took 6.9 s with them in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
-        prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg, policy.whole_lines)
+        prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg, policy.text_from_tokens)
         arithmetic = beside.submit(arithmetic_candidates, traces, tokenizer, cfg, "arithmetic" in policy.families)
         as_view = _sources_as_views(wh)
         _source(wh, "copy_candidates",

@@ -248,9 +248,10 @@ class ConfidenceChoice:
     per_draft: bool = False
     # the families whose drafts the run proposed (proposed_families)
     proposed: tuple[str, ...] = families.NAMES
-    # prompt autocomplete's line decoded whole (drafters/autocomplete.py); a bundle of a run
-    # before 2026-12-07 decodes it chunk by chunk, as that run did
-    whole_lines: bool = False
+    # prompt autocomplete's text read from the tokens alone (policy.Policy.text_from_tokens); a
+    # bundle of a run before 2026-12-07 reads the prompt's text if given and the line chunk by
+    # chunk, as that run did
+    text_from_tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -415,7 +416,7 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
                                     data.get("scoring") == "per-draft", proposed_families(data),
-                                    data.get("autocomplete_lines") == "whole")
+                                    data.get("autocomplete_text") == "tokens")
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

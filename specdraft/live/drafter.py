@@ -27,7 +27,8 @@ The state:
   two (confidence.RecentIndex), frozen the same way for a long prompt;
 - the current line for prompt autocomplete, decoded from the tokens since the last propose as
   one chunk, as the seed's TextCursor decodes between the positions it visits (--preset seed),
-  or the line's tokens decoded whole (--preset default: drafters/autocomplete.py);
+  or the line's tokens decoded whole (--preset default: drafters/autocomplete.py), and the
+  prompt's text it looks spans up in (--preset default: the decode of the prompt's tokens);
 - the last backoff walk: if the tokens since then are the start of its draft, the new walk is
   the rest of it (each step depends only on the tokens before it), plus the steps it lacks.
 
@@ -167,9 +168,15 @@ class Drafter:
             )
         return cls(bundle, tokenizer, online)
 
-    def start(self, prompt_ids: list[int]) -> Session:
-        """A session for one request whose prompt is `prompt_ids` (may be empty)."""
-        return Session(self, self.checked(prompt_ids, "prompt_ids"))
+    def start(self, prompt_ids: list[int], prompt_text: str | None = None) -> Session:
+        """A session for one request whose prompt is `prompt_ids` (may be empty). prompt_text:
+        the prompt as text, where the caller has it. Prompt autocomplete looks spans up in it
+        under --preset seed, as the seed's runs look them up in the dataset's text (without it,
+        in the decode of prompt_ids, which differs where the tokenizer normalises the text, as
+        Qwen's NFC does). --preset default's runs read the decode, and so do its sessions."""
+        if prompt_text is not None and not isinstance(prompt_text, str):
+            raise ValueError(f"prompt_text must be a str or None, not {type(prompt_text).__name__}")
+        return Session(self, self.checked(prompt_ids, "prompt_ids"), prompt_text)
 
     def checked(self, ids, what: str) -> list[int]:
         """`ids` if it is a list of ints in the vocabulary, else a ValueError saying which."""
@@ -187,7 +194,7 @@ class Drafter:
 class Session:
     """One request's drafting state (see the module docstring). Not for two threads at once."""
 
-    def __init__(self, drafter: Drafter, prompt_ids: list[int]) -> None:
+    def __init__(self, drafter: Drafter, prompt_ids: list[int], prompt_text: str | None = None) -> None:
         self.drafter = drafter
         self.tokens = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
@@ -195,9 +202,11 @@ class Session:
         self._known = KnownTokens(self.tokens) if drafter.choices is not None else None
         self._copy, self._frozen, self._frozen_pos = self._copy_index()
         tokenizer = drafter.tokenizer
-        self._autocomplete = PromptAutocomplete(tokenizer, tokenizer.decode(self.tokens), self.tokens,
-                                                self.prompt_len, drafter.draft_len,
-                                                getattr(drafter.policy, "whole_lines", False))
+        from_tokens = getattr(drafter.policy, "text_from_tokens", False)
+        if from_tokens or prompt_text is None:
+            prompt_text = tokenizer.decode(self.tokens)
+        self._autocomplete = PromptAutocomplete(tokenizer, prompt_text, self.tokens, self.prompt_len,
+                                                drafter.draft_len, from_tokens)
         self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
         self._recent = self._recent_index() if drafter.choices is not None else None
         # --preset default: position -> its context keys per recent length, until the copy index takes them

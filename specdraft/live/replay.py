@@ -32,6 +32,7 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     """Replay a recorded run (default: the latest) through the bundle; the figures as a dict."""
     from specdraft.live.bundle import check_tables_are_the_runs
     from specdraft.report.results import load_run
+    from specdraft.sources.traces import traces_path
     from specdraft.warehouse.connection import Warehouse
 
     rss_before = current_rss_bytes()
@@ -47,12 +48,18 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         check_tables_are_the_runs(wh, results)
         traces = wh.query("live/replay_traces").to_arrow_table()
+        texts = wh.query("live/replay_prompts", {"traces_path": str(traces_path(wh.traces_dir, results["dataset"]))})
+        texts = texts.to_arrow_table()
         chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
     prompts = traces.column("prompt_len").to_pylist()
     tokens = traces.column("tokens").to_pylist()
-    walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen)
+    if texts.column("trace_id").to_pylist() != traces.column("trace_id").to_pylist():
+        raise SpecdraftError(f"{traces_path(wh.traces_dir, results['dataset'])}: the eval traces' prompts are not "
+                             "the warehouse's eval traces")
+    prompt_texts = texts.column("prompt").to_pylist()
+    walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen, prompt_texts)
     drafter.forget()  # an --online run's decode walk starts from an empty store too
-    decode = decode_step(drafter, prompts, tokens)
+    decode = decode_step(drafter, prompts, tokens, prompt_texts)
     draft_len = drafter.draft_len
     live_every, live_decode = summarize(walk["accepted"], draft_len), summarize(decode, draft_len)
     return {
@@ -74,9 +81,10 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
 
 
 def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], tokens: list[list[int]],
-                   chosen) -> dict:
+                   chosen, prompt_texts: list[str] | None = None) -> dict:
     """Propose and extend by one token at every response position; the live drafts against the
-    run's (chosen: replay_drafts rows in trace and position order) and the calls' nanoseconds."""
+    run's (chosen: replay_drafts rows in trace and position order) and the calls' nanoseconds.
+    prompt_texts: each trace's prompt as text (Drafter.start's prompt_text), as the run read it."""
     chosen_trace = chosen.column("trace_id").to_pylist()
     chosen_pos = chosen.column("pos").to_pylist()
     chosen_draft = chosen.column("draft").to_pylist()
@@ -84,9 +92,9 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
     clock = time.perf_counter_ns
     start_ns, propose_ns, extend_ns, accepted = [], [], [], []
     exact, mismatches, row = 0, [], 0
-    for trace_id, prompt_len, trace in zip(trace_ids, prompts, tokens):
+    for i, (trace_id, prompt_len, trace) in enumerate(zip(trace_ids, prompts, tokens)):
         t0 = clock()
-        session = drafter.start(trace[:prompt_len])
+        session = drafter.start(trace[:prompt_len], None if prompt_texts is None else prompt_texts[i])
         start_ns.append(clock() - t0)
         for pos in range(prompt_len, len(trace)):
             t0 = clock()
@@ -114,13 +122,14 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
             "start": start_ns, "propose": propose_ns, "extend": extend_ns}
 
 
-def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]]) -> np.ndarray:
+def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]],
+                prompt_texts: list[str] | None = None) -> np.ndarray:
     """The decode-step walk through the live API: propose, then extend by the accepted tokens and
     the next one (draft_len after a full draft)."""
     draft_len = drafter.draft_len
     values = []
-    for prompt_len, trace in zip(prompts, tokens):
-        session = drafter.start(trace[:prompt_len])
+    for i, (prompt_len, trace) in enumerate(zip(prompts, tokens)):
+        session = drafter.start(trace[:prompt_len], None if prompt_texts is None else prompt_texts[i])
         pos = prompt_len
         while pos < len(trace):
             accepted = accepted_prefix(session.propose(), trace[pos : pos + draft_len], draft_len)

@@ -31,9 +31,11 @@ class Policy(Protocol):
     # Whether the n-gram drafts each context's most supported path rather than its most frequent
     # continuation (sql/drafters/ngram_choices.sql).
     ngram_by_support: ClassVar[bool]
-    # Whether prompt autocomplete decodes the current line whole rather than chunk by chunk as the
-    # seed (drafters/autocomplete.py): then a draft depends on the tokens before it only.
-    whole_lines: ClassVar[bool]
+    # Whether prompt autocomplete reads its text from the tokens alone: the prompt as the decode of
+    # its tokens (not the dataset's text, which a live caller may not have) and the current line
+    # decoded whole (not chunk by chunk as the seed: drafters/autocomplete.py). Then a draft is
+    # one function of the tokens before it, in the warehouse and live.
+    text_from_tokens: ClassVar[bool]
     # Modules calibrate() imports that take a second or more to load (LightGBM: 1.2 s); the pipeline
     # imports them in a background thread while the earlier stages run.
     slow_imports: ClassVar[tuple[str, ...]]

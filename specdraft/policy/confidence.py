@@ -133,7 +133,7 @@ class ConfidencePolicy:
     families: ClassVar[tuple[str, ...]] = tuple(name for name in families.NAMES if name != "ngram-rank2")
     reads_features: ClassVar[bool] = True
     ngram_by_support: ClassVar[bool] = True
-    whole_lines: ClassVar[bool] = True
+    text_from_tokens: ClassVar[bool] = True
     slow_imports: ClassVar[tuple[str, ...]] = ("lightgbm",)
 
     model: object  # the trained lightgbm.Booster, or None when there was nothing to learn
@@ -238,9 +238,9 @@ class ConfidencePolicy:
             "leaves": LEAVES,
             # how its n-gram drafts were chosen (ngram_choices.sql), which export chooses again
             "ngram_choice": "support" if self.ngram_by_support else "count",
-            # how prompt autocomplete decoded the current line (runs before 2026-12-07: chunk by
-            # chunk, without this key), which the live drafter decodes alike
-            "autocomplete_lines": "whole" if self.whole_lines else "chunks",
+            # where prompt autocomplete read its text (runs before 2026-12-07, without this key: the
+            # dataset's prompt text, and the line chunk by chunk), which the live drafter reads alike
+            "autocomplete_text": "tokens" if self.text_from_tokens else "dataset",
             "features": list(feature_columns()),
             "calibration_drafts": self.calibration_drafts,
             "calibration_positions": self.calibration_positions,

@@ -30,7 +30,7 @@ class SourceAveragePolicy:
     families: ClassVar[tuple[str, ...]] = families.SEED
     reads_features: ClassVar[bool] = False
     ngram_by_support: ClassVar[bool] = False  # the seed's n-gram: Counter.most_common
-    whole_lines: ClassVar[bool] = False  # the seed's TextCursor
+    text_from_tokens: ClassVar[bool] = False  # the dataset's prompt text, the seed's TextCursor
     slow_imports: ClassVar[tuple[str, ...]] = ()
 
     global_avg: float
