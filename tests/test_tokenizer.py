@@ -370,3 +370,51 @@ def test_sorted_records_equal_the_python_join():
                 token = token.decode("latin-1")
             pairs.append((token, rng.choice([0, 1, 2, rng.randrange(2**64)])))
         assert _sorted_records(pairs) == python_records(pairs), pairs
+
+
+CORPUS = ["We know that José buys 31 tickets for the show.", "So the cost is 13 * 5 = 65 dollars.",
+          "The café sells 12 boxes of tea,\neach for 4 dollars."] * 20
+
+
+def _write_sentencepiece_tokenizers(root):
+    """Two SentencePiece-style vocabularies as the hub stores them: a Unigram with Metaspace, and
+    a Llama-style BPE with byte fallback (its <0x..> tokens added as special, as some are)."""
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    unigram = RawTokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    unigram.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    unigram.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=120, special_tokens=["<unk>"],
+                                                                unk_token="<unk>"))
+    PreTrainedTokenizerFast(tokenizer_object=unigram, unk_token="<unk>").save_pretrained(root / "unigram")
+    llama = RawTokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    llama.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    llama.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)])
+    llama.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<unk>", *(f"<0x{byte:02X}>" for byte in range(256))], limit_alphabet=40))
+    PreTrainedTokenizerFast(tokenizer_object=llama, unk_token="<unk>").save_pretrained(root / "llama")
+
+
+@pytest.mark.parametrize("kind", ["unigram", "llama"])
+def test_a_sentencepiece_vocabularys_token_bytes_are_its_decode(hub_offline, tmp_path, kind):
+    """token_bytes of a SentencePiece-style vocabulary was each token's text decoded alone: the
+    word marker's space dropped ('WeknowthatJos'), a Latin-1 token such as 'é' read as a GPT-2
+    byte (0xE9, not UTF-8), a byte-fallback token as the text '<0xE4>' (a helper's review). The
+    vocab table, as_text, the arithmetic source and the whole-line text read them. Now the
+    tokens' bytes joined are the decode, but for its leading space."""
+    _write_sentencepiece_tokenizers(tmp_path)
+    hf = load_tokenizer(str(tmp_path / kind))
+    assert isinstance(hf, HFTokenizer) and not hf.byte_level
+    text = "We know that José buys 31 tickets, 中文 ok." if kind == "llama" else "We know that José buys 31 tickets."
+    ids = hf.encode(text)
+    joined = b"".join(hf.token_bytes(i) for i in ids).decode("utf-8")
+    assert joined.lstrip() == hf.decode(ids).lstrip() == text
+
+
+def test_a_byte_level_hf_vocabulary_is_said_to_be(hub_offline, tmp_path):
+    """A byte-level BPE (its decoder ByteLevel) takes the byte path of whole lines (O(1) a token)."""
+    _write_local_hf_tokenizer(tmp_path / "tok")
+    assert load_tokenizer(str(tmp_path / "tok")).byte_level

@@ -259,8 +259,7 @@ class PromptAutocomplete:
     def start_walk(self) -> None:
         self._line = ""
         self._known = self.prompt_len
-        self._line_start = self.prompt_len  # whole_lines: the token holding the line's newline
-        self._line_bytes = b""  # whole_lines, a byte-level vocabulary: the line's bytes
+        self._line_bytes = b""  # whole_lines: the line's bytes
 
     def line_at(self, completion_pos: int) -> str:
         """The current line once `completion_pos` response tokens are known, decoding as the
@@ -283,28 +282,21 @@ class PromptAutocomplete:
 
     def _whole_line_at(self, known_len: int) -> str:
         """The text after the last newline of the known response, decoded as one: the same
-        whichever positions were visited before. A byte-level vocabulary's line is its tokens'
-        bytes (a newline byte is never inside a character), decoded as tiktoken decodes; another
-        vocabulary's is the decode of its tokens from the one holding the newline."""
+        whichever positions were visited before. The line is its tokens' bytes (token_bytes; a
+        newline byte is never inside a character), decoded as tiktoken decodes: for a byte-level
+        vocabulary the decode itself, for SentencePiece's the decode but for the line's leading
+        space, which the segment looked up drops. O(new tokens) a call, plus the line's decode."""
         if known_len <= self._known:
             return self._line
-        new = self.tokens[self._known : known_len]
+        token_bytes = single_token_bytes(self.tokenizer)
+        for token in self.tokens[self._known : known_len]:
+            piece = token_bytes(token)
+            if b"\n" in piece:
+                self._line_bytes = piece.rsplit(b"\n", 1)[1]
+            else:
+                self._line_bytes += piece
         self._known = known_len
-        if self.tokenizer.byte_level:
-            token_bytes = single_token_bytes(self.tokenizer)
-            for token in new:
-                piece = token_bytes(token)
-                if b"\n" in piece:
-                    self._line_bytes = piece.rsplit(b"\n", 1)[1]
-                else:
-                    self._line_bytes += piece
-            self._line = self._line_bytes.decode("utf-8", errors="replace")
-            return self._line
-        decode = single_token_decoder(self.tokenizer)
-        for at, token in enumerate(new, start=known_len - len(new)):
-            if "\n" in decode(token):
-                self._line_start = at
-        self._line = self.tokenizer.decode(self.tokens[self._line_start : known_len]).rsplit("\n", 1)[-1]
+        self._line = self._line_bytes.decode("utf-8", errors="replace")
         return self._line
 
     def walk(self, completion_positions: Iterable[int]) -> Iterator[tuple[int, tuple[tuple[int, ...], float] | None]]:

@@ -369,19 +369,48 @@ class HFTokenizer(Tokenizer):
         ids = [int(i) for i in ids]
         return self._hf.decode(ids, skip_special_tokens=False) if ids else ""
 
+    @cached_property
+    def _decoders(self) -> frozenset[str]:
+        """The kinds of the fast tokenizer's decoder, a Sequence's parts too ("ByteLevel",
+        "Metaspace", "ByteFallback", ...); empty for a slow tokenizer."""
+        try:
+            decoder = json.loads(self._hf.backend_tokenizer.to_str()).get("decoder") or {}
+        except (AttributeError, ValueError):
+            return frozenset()
+        parts = decoder.get("decoders") or [] if decoder.get("type") == "Sequence" else [decoder]
+        return frozenset(str(part.get("type")) for part in parts)
+
+    @cached_property
+    def byte_level(self) -> bool:
+        return "ByteLevel" in self._decoders
+
     def token_bytes(self, token_id: int) -> bytes:
+        """The token's bytes as its decoder makes them: a byte-level BPE's bytes; SentencePiece's
+        word marker as a space and its byte-fallback tokens (<0xE4>) as their byte; a WordPiece
+        continuation (##) without its marker, another piece after a space. (A slow tokenizer's
+        or another decoder's: the token's text.)"""
         token_id = int(token_id)
         token = self._hf.convert_ids_to_tokens(token_id)
         if token is None:
             raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary")
+        decoders = self._decoders
+        fallback = BYTE_TOKEN.fullmatch(token)
+        if fallback and "ByteFallback" in decoders:  # (an added token in some vocabularies)
+            return bytes([int(fallback[1], 16)])
         added = self._hf.added_tokens_decoder.get(token_id)
         if added is not None:
             return str(added).encode("utf-8")
         byte_of = _byte_level_decoder()
-        if all(char in byte_of for char in token):
+        if self.byte_level or (not decoders and all(char in byte_of for char in token)):
             return bytes(byte_of[char] for char in token)
-        # Not a byte-level BPE (e.g. SentencePiece): the best available is the token's text.
+        if decoders & {"Metaspace", "Replace"}:
+            return token.replace("\u2581", " ").encode("utf-8")
+        if "WordPiece" in decoders:
+            return (token[2:] if token.startswith("##") else " " + token).encode("utf-8")
         return self._hf.convert_tokens_to_string([token]).encode("utf-8")
+
+
+BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback tokens
 
 
 @lru_cache(maxsize=1)
