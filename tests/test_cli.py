@@ -392,3 +392,24 @@ def test_a_backoff_minimum_above_every_length_is_said(tmp_path):
                   "--backoff-context-lengths", "2,3", "--backoff-min-context-len", "3"])
     assert result.exit_code == 0 and "backoff source" not in result.stderr, result.stderr
     assert json.loads((tmp_path / "b" / "results.json").read_text())["per_source"]["backoff"]["proposed"] > 0
+
+
+def test_a_named_problem_source_column_that_is_missing_is_refused(tmp_path):
+    """The problem source column is optional under its default name; a name the user gives that
+    the data lacks (a typo) ran on without any source, silently (a helper's review)."""
+    data = _mini_traces(tmp_path)
+    result = run(["ingest", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--problem-source-column", "orign"])
+    assert result.exit_code == 1 and "missing column 'orign'" in result.stderr, result.stderr
+    assert run(["ingest", "--data", str(data), "--warehouse", str(tmp_path / "wh")]).exit_code == 0
+
+
+def test_a_dataset_of_another_tokenizer_names_the_flag(tmp_path):
+    """A dataset ingested with one tokenizer, run again without --tokenizer, said to use another
+    --name; the likely fix is the dataset's own --tokenizer, which it now names first."""
+    data, warehouse = str(_mini_traces(tmp_path)), str(tmp_path / "wh")
+    assert run(["ingest", "--data", data, "--warehouse", warehouse, "--name", "mine",
+                "--tokenizer", "Qwen/Qwen3.5-27B"]).exit_code == 0
+    result = run(["ingest", "--data", data, "--warehouse", warehouse, "--name", "mine"])
+    assert result.exit_code == 1
+    assert ("was tokenized with Qwen/Qwen3.5-27B, not Qwen/Qwen2.5-7B-Instruct: pass --tokenizer Qwen/Qwen3.5-27B, "
+            "or another --name to ingest it with Qwen/Qwen2.5-7B-Instruct") in result.stderr, result.stderr

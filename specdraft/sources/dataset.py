@@ -64,8 +64,8 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
     meta = read_metadata(path) if path.exists() else None
     if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
         raise SpecdraftError(
-            f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}; "
-            f"use another --name for {cfg.tokenizer}"
+            f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}, not {cfg.tokenizer}: pass "
+            f"--tokenizer {meta.get('tokenizer')}, or another --name to ingest it with {cfg.tokenizer}"
         )
     if not _use_stored(meta, data, (source, source_signature(data, dataset, columns, earlier=True))):
         if meta is not None and meta.get("appends"):

@@ -38,7 +38,8 @@ _HUB_HINT = (
 
 @dataclass(frozen=True)
 class ColumnMap:
-    """Source column names; problem_source is optional, split is read only from a single file."""
+    """Source column names; problem_source is optional (under its default name: another one
+    named is required), split is read only from a single file."""
 
     problem: str = "problem"
     problem_source: str = "problem_source"
@@ -98,12 +99,15 @@ def _shape(frame: pl.DataFrame, split: str, columns: ColumnMap) -> pl.DataFrame:
 def _check_columns(frame: pl.DataFrame, label: str, columns: ColumnMap, split: bool = False) -> pl.DataFrame:
     """Keep the needed columns as strings; fail on a missing, non-string or null-problem column."""
     required = [columns.problem, columns.reasoning] + ([columns.split] if split else [])
+    if columns.problem_source != ColumnMap.problem_source:  # named by the user: a typo is not "no source"
+        required.append(columns.problem_source)
     for name in required:
         if name not in frame.columns:
             found = ", ".join(frame.columns) or "none"
             hint = " (or pass one file per split named train/calibration/eval)" if split else ""
             raise SpecdraftError(f"{label}: missing column {name!r}; columns found: {found}{hint}")
-    keep = required + ([columns.problem_source] if columns.problem_source in frame.columns else [])
+    keep = required + ([columns.problem_source] if columns.problem_source in frame.columns
+                       and columns.problem_source not in required else [])
     frame = frame.select(keep)
     for name in keep:
         dtype = frame.schema[name]
