@@ -252,6 +252,28 @@ def test_arguments_that_choose_another_assistant_are_refused(model, drafter, kwa
         hf.generate(model, torch.tensor([[1, 2, 3]]), drafter, max_new_tokens=3, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [{"stop_strings": [" the"]}, {"stopping_criteria": [object()]}])
+def test_stopping_rules_assisted_generation_does_not_crop_at_are_refused(model, drafter, kwargs):
+    """transformers' assisted generation checks stop strings and stopping criteria only after each
+    verified draft, so its output ran past where plain greedy stops (a helper's review: 21 new
+    tokens against 5 with a stop string), against the promise of plain greedy's output."""
+    with pytest.raises(ValueError, match=f"{next(iter(kwargs))}=...\\): assisted generation checks it only after"):
+        hf.generate(model, torch.tensor([[1, 2, 3]]), drafter, max_new_tokens=3, **kwargs)
+
+
+def test_a_model_of_a_smaller_vocabulary_is_refused_in_one_line(drafter, bundle, tmp_path):
+    """A model reading fewer token ids than the bundle's tokenizer has failed inside torch
+    (IndexError in the embedding) at the first draft past its vocabulary, a traceback from
+    `specdraft generate`; it is refused first, in one line."""
+    small = tiny_qwen(1000)
+    with pytest.raises(ValueError, match="the model reads 1000 token ids and the bundle's tokenizer"):
+        hf.generate(small, torch.tensor([[1, 2, 3]]), drafter, max_new_tokens=3)
+    small.save_pretrained(tmp_path / "small")
+    result = invoke("--model", str(tmp_path / "small"), "--bundle", str(bundle), "--max-new-tokens", "5", "1, 2, 1, 2,")
+    assert result.exit_code == 1 and result.stderr.startswith("specdraft: error: the model reads 1000 token ids")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 def test_importing_specdraft_does_not_import_torch():
     code = ("import sys, specdraft, specdraft.cli, specdraft.integrations, specdraft.integrations.generate; "
             "from specdraft import Drafter; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")

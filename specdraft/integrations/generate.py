@@ -45,7 +45,7 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
     try:
         import torch
 
-        from specdraft.integrations.transformers import generate
+        from specdraft.integrations.transformers import check_vocabulary, generate
     except ImportError as exc:
         raise SpecdraftError(f"specdraft generate needs torch and transformers ({first_line(exc)}): "
                              "pip install 'specdraft[transformers]'") from exc
@@ -71,6 +71,10 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
         eos = model.generation_config.eos_token_id
         settings["pad_token_id"] = eos if isinstance(eos, int) else eos[0]  # batch size 1: no padding anyway
 
+    try:
+        check_vocabulary(model, drafter)
+    except ValueError as exc:
+        raise SpecdraftError(str(exc)) from None
     model.generate(input_ids, **{**settings, "max_new_tokens": 2})  # warm-up
     start = time.perf_counter()
     result = generate(model, input_ids, drafter, **settings)

@@ -39,6 +39,10 @@ from transformers.generation.candidate_generator import CandidateGenerator
 # generate() arguments that choose another candidate generator or decoding loop
 CONFLICTING = ("assistant_model", "prompt_lookup_num_tokens", "custom_generate", "assistant_early_exit",
                "use_mtp", "speculation_type")
+# Stopping rules assisted generation applies only after each verified draft, so that its output
+# can run past where plain greedy stops (transformers' own comment: "we should technically crop
+# based on other stopping criteria as well"); max_length and eos it crops at, and so does the drafter.
+UNCROPPED_STOPS = ("stop_strings", "stopping_criteria")
 
 
 class DrafterCandidateGenerator(CandidateGenerator):
@@ -167,6 +171,12 @@ def generate(model, input_ids: torch.LongTensor, drafter, **generate_kwargs) -> 
             raise ValueError(f"generate(..., {name}=...) chooses another assistant; the drafter is the assistant here")
     if (generate_kwargs.get("num_beams") or 1) > 1:
         raise ValueError("assisted generation does not do beam search: leave num_beams at 1")
+    for name in UNCROPPED_STOPS:
+        if generate_kwargs.get(name):
+            raise ValueError(f"generate(..., {name}=...): assisted generation checks it only after each verified "
+                             "draft, so the output could run past where plain greedy stops; stop on the output "
+                             "instead (max_new_tokens and eos_token_id are exact)")
+    check_vocabulary(model, drafter)
     made: list[DrafterCandidateGenerator] = []
 
     def candidate_generator(*args, generation_config=None, input_ids=None, **kwargs) -> DrafterCandidateGenerator:
@@ -187,6 +197,17 @@ def generate(model, input_ids: torch.LongTensor, drafter, **generate_kwargs) -> 
     used = made[0]
     return Generation(output, input_ids.shape[1], used.forward_passes, used.drafted_tokens, used.accepted_tokens,
                       used.stopped)
+
+
+def check_vocabulary(model, drafter) -> None:
+    """The model must read every id the drafter may propose: a smaller embedding than the bundle's
+    vocabulary failed inside torch (IndexError in F.embedding) at the first draft past it."""
+    embeddings = model.get_input_embeddings()
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is not None and rows < drafter.vocab_size:
+        raise ValueError(f"the model reads {rows} token ids and the bundle's tokenizer ({drafter.tokenizer.name}) "
+                         f"has {drafter.vocab_size}: its drafts may hold ids the model has no embedding for; use a "
+                         "model of the bundle's vocabulary")
 
 
 _CHANGED = (f"transformers {transformers.__version__} no longer picks assisted generation's candidates through "
