@@ -64,7 +64,7 @@ class Recording:
 
     def __init__(self, drafter):
         self._drafter, self.sessions = drafter, []
-        self.vocab_size = drafter.vocab_size
+        self.vocab_size, self.tokenizer = drafter.vocab_size, drafter.tokenizer
 
     def start(self, prompt_ids):
         session = self._drafter.start(prompt_ids)
@@ -279,6 +279,42 @@ def test_a_next_turn_starts_its_own_session(drafter, bundle):
     follow_up = Request("next", history + bundle[1][1][1][:20], bundle[1][1][1][20:60])
     walk(proposer, drafter, [follow_up])
     assert len(recording.sessions) == 2 and follow_up.known_at_join == len(follow_up.prompt)
+
+
+def _call(proposer, rows: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+    """One propose call as vLLM's runner makes it: per row, the tokens before this step's and the
+    ones sampled this step."""
+    ids = np.zeros((len(rows), MAX_MODEL_LEN), np.int32)
+    counts = np.zeros(len(rows), np.int32)
+    for i, (before, sampled) in enumerate(rows):
+        ids[i, : len(before) + len(sampled)] = before + sampled
+        counts[i] = len(before) + len(sampled)
+    return proposer.propose([sampled for _, sampled in rows], counts, ids)
+
+
+def test_a_next_turn_at_the_next_call_starts_its_own_session(drafter, bundle):
+    """On a server with no other request, a chat's next turn comes at the call right after its
+    first turn's last token: it took that finished turn's session as one vLLM had not drafted for
+    (a helper's review: 30 of 30 such turns; 16.6% of their drafts differed from a fresh
+    session's). A turn that ended with a special token (end of turn) is not caught up; one that
+    did not end is, as before."""
+    end_of_turn = drafter.tokenizer.encode("<|im_end|>")
+    assert len(end_of_turn) == 1 and end_of_turn[0] in drafter.tokenizer.special_ids
+    (p0, t0), (_, t1) = bundle[1][:2]
+    prompt, answer = t0[:p0], t0[p0 : p0 + 40]
+    next_turn = prompt + answer + end_of_turn + t1[:20]
+    for ended, sessions in ((end_of_turn, 2), ([], 1)):
+        recording = Recording(drafter)
+        proposer = SpecdraftProposer(vllm_config(), drafter=recording)
+        _call(proposer, [(prompt, answer[:1])])
+        _call(proposer, [(prompt + answer[:1], answer[1:] + ended)])  # the rest, at once
+        turn = next_turn if ended else prompt + answer + t1[:20]
+        draft = _call(proposer, [(turn, t1[20:21])])[0]
+        assert len(recording.sessions) == sessions
+        if ended:  # its own session, from its prompt: a fresh session's draft
+            with drafter.start(turn) as fresh:
+                fresh.extend(t1[20:21])
+                assert draft == fresh.propose()[:K]
 
 
 def test_drafts_stop_short_of_max_model_len(drafter, bundle):

@@ -36,7 +36,9 @@ also all a session's drafts depend on:
 - vLLM skips drafting for a whole step when a request nears max_model_len
   (GPUModelRunner._input_fits_in_drafter): the next call's rows are ahead of their sessions, and
   a session taken in the previous call whose tokens begin a row's catches up with the rest (only
-  those: a chat's next turn, whose prompt begins with a finished turn's history, starts its own).
+  those, and only one whose last token is not a special token (end of text, end of turn): a
+  chat's next turn, whose prompt begins with a finished turn's history, starts its own, even
+  when it comes at the next call, as on a server with no other request).
 
 A request whose session was closed while it was away starts again with its whole history as the
 prompt, and one whose first tokens came at steps vLLM did not draft for starts with them in its
@@ -144,8 +146,9 @@ class SpecdraftProposer:
     def _take_behind(self, row: np.ndarray, known: int) -> _Request | None:
         """The request taken in the previous call, and not yet in this one, whose history is the
         longest start of row[:known] (vLLM did not draft at the steps between), out of the index."""
-        behind = [r for count, group in self._by_count.items() if count < known
-                  for r in group if r.seen == self._calls - 1]
+        ended = self.drafter.tokenizer.special_ids  # a turn that ended with one is not behind: it is over
+        behind = [r for count, group in self._by_count.items() if 0 < count < known
+                  for r in group if r.seen == self._calls - 1 and int(r.history()[-1]) not in ended]
         behind.sort(key=lambda r: -r.count)
         return self._taken(next((r for r in behind if _history_matches(r.history(), row, r.count)), None))
 

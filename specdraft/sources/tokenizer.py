@@ -130,6 +130,11 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         raise NotImplementedError
 
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        """The ids of the vocabulary's special tokens (end of text, chat turn marks)."""
+        return frozenset()
+
     def vocab_bytes(self) -> list[tuple[int, bytes]]:
         """(token_id, bytes) of every id in the vocabulary, by id (ids without a token left out)."""
         pairs = []
@@ -213,6 +218,10 @@ class OfflineQwenTokenizer(Tokenizer):
             return self._encoding.decode_single_token_bytes(int(token_id))
         except KeyError:
             raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary") from None
+
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset(self._encoding._special_tokens.values())
 
     def vocab_bytes(self) -> list[tuple[int, bytes]]:
         # straight from the Encoding's tables: asking token_bytes for each id took 0.35 s of ingest
@@ -383,6 +392,11 @@ class HFTokenizer(Tokenizer):
     @cached_property
     def byte_level(self) -> bool:
         return "ByteLevel" in self._decoders
+
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        added = [token_id for token_id, token in self._hf.added_tokens_decoder.items() if token.special]
+        return frozenset([*self._hf.all_special_ids, *added])
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's bytes as its decoder makes them: a byte-level BPE's bytes; SentencePiece's
