@@ -2,8 +2,9 @@
 started (wall clock), its wall time, its peak memory as seen from outside, its exit code and its
 output (what `specdraft bench` reads of each run).
 
-The peak is the process tree's: every SAMPLE_S the resident memory of CMD's process and of each
-of its descendants (forked tokenizer workers, the snapshot's copy), summed; or, if higher, the
+The peak is the process tree's: every SAMPLE_S the resident memory of CMD's process, and while it
+has descendants (forked tokenizer workers, the snapshot's copy; found every FIND_EVERY samples)
+theirs too, as proportional set sizes (a page they share counted once); or, if higher, the
 kernel's high-water mark of the largest process this one waited for (getrusage), which a spike
 between two samples cannot escape. A descendant that has left the tree (reparented once its
 parent exits) is no longer counted. Without /proc, the high-water mark alone.
@@ -24,26 +25,49 @@ import threading
 import time
 
 SAMPLE_S = 0.02
+FIND_EVERY = 5  # samples between two walks of the process tree (100 ms)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def tree_rss_bytes(root: int) -> int:
-    """The resident memory of process `root` and its descendants, summed (0 without /proc)."""
-    total, todo, seen = 0, [root], set()
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it (each thread's children), or [root] without /proc."""
+    pids, todo, seen = [], [root], set()
     while todo:
         pid = todo.pop()
         if pid in seen:
             continue
         seen.add(pid)
+        pids.append(pid)
         try:
-            with open(f"/proc/{pid}/statm") as statm:
-                total += int(statm.read().split()[1]) * PAGE
-            for task in os.listdir(f"/proc/{pid}/task"):  # each thread's children
+            for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as children:
                     todo.extend(int(child) for child in children.read().split())
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or no /proc
+        except (OSError, ValueError):  # gone meanwhile, or no /proc
+            continue
+    return pids
+
+
+def resident_bytes(pids: list[int]) -> int:
+    """The resident memory of the processes: one's resident set (statm); several's proportional
+    set sizes summed (smaps_rollup), which count a page they share (a fork's, until written)
+    once, as their resident sets summed would count it in each."""
+    total = 0
+    for pid in pids:
+        try:
+            if len(pids) == 1:
+                with open(f"/proc/{pid}/statm") as statm:
+                    total += int(statm.read().split()[1]) * PAGE
+            else:
+                with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                    total += next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
+        except (OSError, ValueError, IndexError, StopIteration):  # gone meanwhile, or no /proc
             continue
     return total
+
+
+def tree_rss_bytes(root: int) -> int:
+    """The resident memory of process `root` and its descendants (resident_bytes; 0 without /proc)."""
+    return resident_bytes(descendants(root))
 
 
 def watch(command: list[str]) -> dict:
@@ -56,8 +80,12 @@ def watch(command: list[str]) -> dict:
 
     def sample() -> None:
         nonlocal tree_peak
+        pids, samples = [child.pid], 0
         while True:
-            tree_peak = max(tree_peak, tree_rss_bytes(child.pid))
+            if samples % FIND_EVERY == 0:  # the tree's shape changes seldom; its memory, always
+                pids = descendants(child.pid)
+            tree_peak = max(tree_peak, resident_bytes(pids))
+            samples += 1
             if done.wait(SAMPLE_S):
                 return
 
