@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 data or SQL error, 2 usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -109,6 +110,8 @@ def _config(kwargs: dict):
     from specdraft.progress import say
 
     cfg = RunConfig(**{setting.name: kwargs.pop(setting.name) for setting in RunConfig.flags()})
+    if os.path.isdir(cfg.tokenizer) and not os.path.isabs(cfg.tokenizer):  # recorded: found from any folder
+        cfg = dataclasses.replace(cfg, tokenizer=os.path.abspath(cfg.tokenizer))
     if not cfg.effective_backoff_lengths:  # the seed's behaviour, so a warning, not an error
         say(f"the backoff source proposes nothing: --backoff-min-context-len {cfg.backoff_min_context_len} is "
             f"above every --backoff-context-lengths ({max(cfg.backoff_context_lengths)} the longest)", always=True)

@@ -1024,3 +1024,30 @@ def test_replay_fails_where_the_live_drafter_is_not_the_runs(built, monkeypatch)
     result = CliRunner().invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle")])
     assert result.exit_code == 1 and result.stdout.startswith("run ")  # the table first
     assert result.stderr.strip() == "specdraft: error: the live drafter is not the run's: its draft differs at 1 positions"
+
+
+def test_a_bundle_carries_a_local_tokenizer_and_loads_without_it(tmp_path, monkeypatch):
+    """A run tokenized with a local tokenizer directory recorded its path as given: the bundle
+    loaded only where that path still led (a helper's review: `--tokenizer ./tok`, then any other
+    folder failed with "tokenizer path './tok' was not found"). The path is now recorded whole, and
+    the bundle carries the tokenizer's files (checksummed with its others) and loads them."""
+    from .test_tokenizer import _write_local_hf_tokenizer
+
+    _write_local_hf_tokenizer(tmp_path / "tok")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--preset", "seed", "--data", str(FIXTURE), "--tokenizer", "tok",
+                                       "--warehouse", "wh", "--out", "out", "--max-completion-tokens", "60"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["config"]["tokenizer"] == str(tmp_path / "tok")
+    export_bundle(tmp_path / "wh", None, tmp_path / "bundle")
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert manifest["tokenizer"]["bundled"] == "tokenizer" and "tokenizer/tokenizer.json" in manifest["files"]
+    with Drafter.load(tmp_path / "bundle").start([1, 2, 3]) as session:
+        before = session.propose()
+    shutil.move(tmp_path / "tok", tmp_path / "elsewhere")  # the run's tokenizer is gone from its path
+    drafter = Drafter.load(tmp_path / "bundle")
+    with drafter.start([1, 2, 3]) as session:
+        assert session.propose() == before
+    (tmp_path / "bundle" / "tokenizer" / "tokenizer.json").write_text("{}")
+    with pytest.raises(SpecdraftError, match="tokenizer.json"):
+        Drafter.load(tmp_path / "bundle")

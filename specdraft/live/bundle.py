@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,11 @@ PRESET_TABLES = {
 }
 RANK2_TABLE = "ngram_rank2.arrow"  # --preset default, where the run proposed ngram-rank2 (proposed_families)
 JSON_FILES = ("config.json", "policy.json")
+# A tokenizer loaded from a local directory travels in the bundle (its save_pretrained files, in
+# the manifest's files with their checksums), so that the bundle loads on another machine, or from
+# another folder, than the run's; one named by a model id (the offline Qwen ones, the hub's) is
+# loaded by that name.
+TOKENIZER_DIR = "tokenizer"
 
 
 # -- export -------------------------------------------------------------------------------------
@@ -136,7 +142,12 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         (partial / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
         policy = {**results["policy"], "kind": preset}
         (partial / "policy.json").write_text(json.dumps(policy, indent=2, sort_keys=True) + "\n")
-        for name in (*tables, *JSON_FILES):
+        bundled = []
+        if os.path.isdir(cfg.tokenizer) and hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(partial / TOKENIZER_DIR)
+            bundled = sorted(f"{TOKENIZER_DIR}/{path.name}" for path in (partial / TOKENIZER_DIR).iterdir())
+            manifest["tokenizer"]["bundled"] = TOKENIZER_DIR
+        for name in (*tables, *JSON_FILES, *bundled):
             manifest["files"][name] = {"bytes": (partial / name).stat().st_size, "sha256": _sha256(partial / name)}
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

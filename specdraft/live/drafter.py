@@ -157,7 +157,7 @@ class Drafter:
         path = Path(path)
         recorded = read_manifest(path)["tokenizer"]
         with ThreadPoolExecutor(max_workers=1) as pool:
-            loading = pool.submit(_tokenizer, recorded)
+            loading = pool.submit(_tokenizer, recorded, path)
             bundle = read_bundle(path)
             tokenizer = loading.result()
         if tokenizer.fingerprint != recorded["fingerprint"] or tokenizer.vocab_size != recorded["vocab_size"]:
@@ -540,11 +540,13 @@ class Session:
         return copy, table, memoryview(np.concatenate(frozen_pos))
 
 
-def _tokenizer(recorded: dict):
-    """The tokenizer a bundle names, with its fingerprint computed (both are cached per process)."""
+def _tokenizer(recorded: dict, root: Path):
+    """The tokenizer a bundle names (or carries: bundle.TOKENIZER_DIR), with its fingerprint
+    computed (both are cached per process)."""
     from specdraft.sources.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(recorded["name"])
+    bundled = recorded.get("bundled")
+    tokenizer = load_tokenizer(str(root / bundled) if bundled else recorded["name"])
     _ = tokenizer.fingerprint  # computed here, in the loading thread
     return tokenizer
 

@@ -378,6 +378,10 @@ class HFTokenizer(Tokenizer):
         ids = [int(i) for i in ids]
         return self._hf.decode(ids, skip_special_tokens=False) if ids else ""
 
+    def save_pretrained(self, path: Path) -> None:
+        """The tokenizer's files in `path` (a bundle carries a local directory's)."""
+        self._hf.save_pretrained(str(path))
+
     @cached_property
     def _decoders(self) -> frozenset[str]:
         """The kinds of the fast tokenizer's decoder, a Sequence's parts too ("ByteLevel",
