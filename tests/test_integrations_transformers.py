@@ -274,6 +274,24 @@ def test_a_model_of_a_smaller_vocabulary_is_refused_in_one_line(drafter, bundle,
     assert result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.parametrize("input_ids", [[[1, 2, 3]], torch.tensor([1, 2, 3])])
+def test_input_ids_that_are_not_one_row_tensor_are_named(model, drafter, input_ids):
+    """A list or a 1-D tensor failed deep inside generate (AttributeError, IndexError)."""
+    with pytest.raises(ValueError, match=r"input_ids must be a LongTensor of shape \(1, n\)"):
+        hf.generate(model, input_ids, drafter, max_new_tokens=3)
+
+
+def test_the_plain_runs_line_gives_its_own_tokens():
+    """`specdraft generate`'s line for the run without the drafter gave the drafted run's count of
+    new tokens (a helper's review): the two differ where the outputs do."""
+    from specdraft.integrations.generate import format_stats
+
+    out = {"prompt_tokens": 5, "tokenizer": "t", "new_tokens": 21, "forward_passes": 9, "accepted_per_pass": 1.3,
+           "accepted_tokens": 12, "drafted_tokens": 40, "tokens_per_pass": 2.3, "drafter_s": 1.0, "plain_s": 2.0,
+           "plain_new_tokens": 5, "plain_forward_passes": 5, "identical": False, "warnings": []}
+    assert "without the drafter: 5 new tokens in 5 forward passes" in format_stats(out)[2]
+
+
 def test_importing_specdraft_does_not_import_torch():
     code = ("import sys, specdraft, specdraft.cli, specdraft.integrations, specdraft.integrations.generate; "
             "from specdraft import Drafter; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")

@@ -99,7 +99,7 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
         start = time.perf_counter()
         plain = model.generate(input_ids, **settings)
         out["plain_s"] = time.perf_counter() - start
-        out["plain_forward_passes"] = plain.shape[1] - len(ids)  # one per token
+        out["plain_new_tokens"] = out["plain_forward_passes"] = plain.shape[1] - len(ids)  # one pass a token
         out["identical"] = plain[0, len(ids) :].tolist() == new
         if not out["identical"]:
             warnings.append("the outputs with and without the drafter differ (numerics of a batched forward "
@@ -117,7 +117,7 @@ def format_stats(out: dict) -> list[str]:
     ]
     if "plain_s" in out:
         ratio = out["plain_s"] / out["drafter_s"] if out["drafter_s"] else float("nan")
-        lines.append(f"without the drafter: {out['new_tokens']} new tokens in {out['plain_forward_passes']} "
+        lines.append(f"without the drafter: {out['plain_new_tokens']} new tokens in {out['plain_forward_passes']} "
                      f"forward passes, {out['plain_s']:.2f} s; speedup {ratio:.2f}x, "
                      f"outputs {'identical' if out['identical'] else 'DIFFERENT'}")
     return lines + [f"warning: {w}" for w in out["warnings"]]

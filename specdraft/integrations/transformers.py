@@ -171,6 +171,9 @@ def generate(model, input_ids: torch.LongTensor, drafter, **generate_kwargs) -> 
             raise ValueError(f"generate(..., {name}=...) chooses another assistant; the drafter is the assistant here")
     if (generate_kwargs.get("num_beams") or 1) > 1:
         raise ValueError("assisted generation does not do beam search: leave num_beams at 1")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:  # (else an IndexError deep in generate)
+        shown = f"shape {tuple(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a LongTensor of shape (1, n), as model.generate takes it; got {shown}")
     for name in UNCROPPED_STOPS:
         if generate_kwargs.get(name):
             raise ValueError(f"generate(..., {name}=...): assisted generation checks it only after each verified "
