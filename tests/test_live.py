@@ -1051,3 +1051,35 @@ def test_a_bundle_carries_a_local_tokenizer_and_loads_without_it(tmp_path, monke
     (tmp_path / "bundle" / "tokenizer" / "tokenizer.json").write_text("{}")
     with pytest.raises(SpecdraftError, match="tokenizer.json"):
         Drafter.load(tmp_path / "bundle")
+
+
+def test_a_sentencepiece_vocabularys_text_drafts_are_accepted(tmp_path):
+    """Prompt autocomplete and arithmetic encoded a draft's text alone, and a SentencePiece-style
+    vocabulary marks a text's start as a word's: the rest of 'tickets' after 'tic' became
+    '▁kets', ' 12' '▁▁12', so with a Llama-style tokenizer none of their drafts was accepted (a
+    helper's review: 93 and 92 proposed, hit rate 0). Under --preset default they are encoded as
+    they follow the known text (Tokenizer.encode_after), and are accepted; --preset seed keeps the
+    seed's encoding; live drafts equal the run's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .test_tokenizer import CORPUS, _write_sentencepiece_tokenizers
+
+    _write_sentencepiece_tokenizers(tmp_path)
+    rows = []
+    for i in range(60):
+        split = "train" if i < 40 else "calibration" if i < 50 else "eval"
+        problem = f"Jose buys {i + 3} tickets for the show at the cafe. What is {i + 3} * 5?"
+        reasoning = (f"Given: Jose buys {i + 3} tickets for the show at the cafe.\n"
+                     f"So the cost is {i + 3} * 5 = {5 * (i + 3)} dollars.\n{CORPUS[i % 3]}")
+        rows.append({"problem": problem, "problem_source": "", "raw_reasoning": reasoning, "split": split})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "quotes.parquet")
+    cfg = dataclasses.replace(DEFAULT, tokenizer=str(tmp_path / "llama"))
+    results = run_all(cfg, tmp_path / "wh", str(tmp_path / "quotes.parquet"), "unused")
+    for family in ("prompt-autocomplete", "arithmetic"):  # most of its drafts get a token accepted
+        alone = results["per_source"][family]
+        hits = round(alone["hit_rate"] * alone["positions"])
+        assert alone["proposed"] > 0 and hits > alone["proposed"] / 2, (family, hits, alone["proposed"])
+    export_bundle(tmp_path / "wh", None, tmp_path / "bundle")
+    figures = replay(tmp_path / "wh", None, tmp_path / "bundle")
+    assert figures["exact_share"] == 1.0 and figures["decode_step"]["equal"]

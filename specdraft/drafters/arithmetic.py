@@ -213,8 +213,13 @@ class Arithmetic:
         piece = self._piece(token)
         return b"=" in piece or b"<" in piece
 
-    def _encode_text(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(text)[: self.draft_len])
+    def _encode_text(self, text: str, before: str = "") -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode_after(before, text)[: self.draft_len])
+
+    def _before(self, tail: str) -> str:
+        """What a draft's ids are encoded after (Tokenizer.encode_after): nothing for a byte-level
+        vocabulary, which encodes the draft alone (one cache entry per draft text)."""
+        return "" if self.tokenizer.byte_level else tail
 
     def propose_at(self, tokens: list[int], positions: list[int]) -> list[tuple[int, tuple[int, ...]]]:
         """(position, draft) wherever propose(tokens, position) drafts, for many positions of one
@@ -243,9 +248,10 @@ class Arithmetic:
         ends = offsets[before(0)[looking]].tolist()
         drafts = []
         for k, start, end in zip(known[looking].tolist(), starts, ends):
-            draft = draft_text(text[start:end].decode("utf-8", errors="replace"))
+            tail = text[start:end].decode("utf-8", errors="replace")
+            draft = draft_text(tail)
             if draft:
-                drafts.append((k, self._encode(draft)))
+                drafts.append((k, self._encode(draft, self._before(tail))))
         return drafts
 
     def propose(self, tokens: list[int], known: int) -> tuple[int, ...] | None:
@@ -254,7 +260,8 @@ class Arithmetic:
         if not any(map(self._marked, tokens[max(0, known - MARK_TOKENS):known])):
             return None
         piece = self._piece
-        tail = b"".join([piece(token) for token in tokens[max(0, known - TAIL_TOKENS):known]])
-        text = draft_text(tail.decode("utf-8", errors="replace"))
-        return self._encode(text) if text else None
+        tail = b"".join([piece(token) for token in tokens[max(0, known - TAIL_TOKENS):known]]).decode(
+            "utf-8", errors="replace")
+        text = draft_text(tail)
+        return self._encode(text, self._before(tail)) if text else None
 

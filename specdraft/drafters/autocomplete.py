@@ -239,8 +239,13 @@ class PromptAutocomplete:
         self._encode = lru_cache(maxsize=4096)(self._encode_rest)
         self.start_walk()
 
-    def _encode_rest(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(text)[: self.draft_len]) if text else ()
+    def _encode_rest(self, text: str, segment: str = "") -> tuple[int, ...]:
+        """The draft's ids: the seed encodes the rest of the span alone; with whole_lines, as it
+        follows the segment (Tokenizer.encode_after: the same for a byte-level vocabulary)."""
+        if not text:
+            return ()
+        ids = self.tokenizer.encode_after(segment, text) if self.whole_lines else self.tokenizer.encode(text)
+        return tuple(ids[: self.draft_len])
 
     def propose(self, line: str) -> tuple[tuple[int, ...], float] | None:
         """Draft tokens and score after a response whose current line is `line`."""
@@ -251,7 +256,8 @@ class PromptAutocomplete:
         span = self.span_index.get(lowered)
         if not span or not span.lower().startswith(lowered):
             return None
-        draft = self._encode(span[len(segment) :])
+        # (a byte-level vocabulary encodes the rest alone: one cache entry per rest)
+        draft = self._encode(span[len(segment) :], segment if self.whole_lines and not self.tokenizer.byte_level else "")
         if not draft:
             return None
         return draft, prompt_score(segment)

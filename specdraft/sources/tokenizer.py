@@ -124,6 +124,16 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0] if text else []
 
+    def encode_after(self, before: str, text: str) -> list[int]:
+        """The ids of `text` as they follow `before` in one text (a draft's, after the known text).
+        A byte-level vocabulary's are encode(text), as the seed takes them. Another's encode marks
+        a text's start (SentencePiece's word marker: 'kets' after 'tic' became '▁kets'), so they
+        are encode(before + text)'s past encode(before)'s, where those begin it; else encode(text)."""
+        if self.byte_level or not before:
+            return self.encode(text)
+        head, whole = self.encode(before), self.encode(before + text)
+        return whole[len(head):] if whole[: len(head)] == head else self.encode(text)
+
     def decode(self, ids: Sequence[int]) -> str:
         raise NotImplementedError
 
