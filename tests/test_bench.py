@@ -466,6 +466,7 @@ def test_a_stopped_bench_stops_its_run_and_leaves_nothing(tmp_path):
         # the run has started once its warehouse is there (DuckDB made its file)
         while not list(tmp_path.glob("specdraft-bench-*/warehouse/specdraft.duckdb")):
             assert bench.poll() is None, bench.stderr.read()
+            time.sleep(0.01)  # (polling, not timing: leave the run its cores)
         bench.send_signal(signal.SIGTERM)
         exit_code = bench.wait(timeout=120)
     finally:

@@ -299,7 +299,8 @@ def test_a_next_turn_at_the_next_call_starts_its_own_session(drafter, bundle):
     session's). A turn that ended with a special token (end of turn) is not caught up; one that
     did not end is, as before."""
     end_of_turn = drafter.tokenizer.encode("<|im_end|>")
-    assert len(end_of_turn) == 1 and end_of_turn[0] in drafter.tokenizer.special_ids
+    assert len(end_of_turn) == 1 and end_of_turn[0] in drafter.tokenizer.end_ids
+    assert drafter.tokenizer.encode("<|vision_end|>")[0] not in drafter.tokenizer.end_ids  # special, not an end
     (p0, t0), (_, t1) = bundle[1][:2]
     prompt, answer = t0[:p0], t0[p0 : p0 + 40]
     next_turn = prompt + answer + end_of_turn + t1[:20]

@@ -438,7 +438,7 @@ def _first_segment_shortened(manifest):
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(format_version=2), "format version 2; this specdraft reads version 1"),
+    (lambda m: m.update(format_version=3), "format version 3; this specdraft reads versions 1, 2"),
     (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
     (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
     (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
@@ -1083,3 +1083,37 @@ def test_a_sentencepiece_vocabularys_text_drafts_are_accepted(tmp_path):
     export_bundle(tmp_path / "wh", None, tmp_path / "bundle")
     figures = replay(tmp_path / "wh", None, tmp_path / "bundle")
     assert figures["exact_share"] == 1.0 and figures["decode_step"]["equal"]
+
+
+def test_a_version_1_bundle_loads_and_drafts_as_its_run(built, bundle_copy):
+    """Bundles from before 2026-12-07 (format version 1, policy.json without autocomplete_text)
+    still load, and read prompt autocomplete's text as their runs did: on the fixture's text,
+    which has no character split over tokens, the same drafts as the run's."""
+    import hashlib
+
+    policy_path = bundle_copy / "policy.json"
+    policy = json.loads(policy_path.read_text())
+    policy.pop("autocomplete_text", None)
+    policy_path.write_text(json.dumps(policy))
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    manifest["files"]["policy.json"] = {"bytes": policy_path.stat().st_size,
+                                        "sha256": hashlib.sha256(policy_path.read_bytes()).hexdigest()}
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    drafter = Drafter.load(bundle_copy)
+    assert not getattr(drafter.policy, "text_from_tokens", False)
+    figures = replay(built[0] / "warehouse", None, bundle_copy)
+    assert figures["exact_share"] == 1.0
+
+
+def test_a_warehouse_without_its_traces_file_replays_what_it_can(built, tmp_path):
+    """replay read the traces Parquet for the prompts' text under every preset (a DuckDB IO error
+    where a warehouse was copied without traces/); --preset default's runs read the prompt from its
+    tokens and replay without it, and --preset seed's says what it lacks."""
+    root, results = built
+    shutil.copytree(root / "warehouse", tmp_path / "wh", ignore=shutil.ignore_patterns("traces"))
+    if results["preset"] == "default":
+        assert replay(tmp_path / "wh", None, root / "bundle")["exact_share"] == 1.0
+    else:
+        with pytest.raises(SpecdraftError, match=r"parquet: not found; this run's prompt autocomplete read"):
+            replay(tmp_path / "wh", None, root / "bundle")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
 
 import pytest
@@ -412,9 +413,26 @@ def test_a_sentencepiece_vocabularys_token_bytes_are_its_decode(hub_offline, tmp
     ids = hf.encode(text)
     joined = b"".join(hf.token_bytes(i) for i in ids).decode("utf-8")
     assert joined.lstrip() == hf.decode(ids).lstrip() == text
+    # special, but no end of a text or turn: the byte tokens added as special
+    assert not any(hf._hf.convert_ids_to_tokens(i).startswith("<0x") for i in hf.end_ids)
 
 
 def test_a_byte_level_hf_vocabulary_is_said_to_be(hub_offline, tmp_path):
     """A byte-level BPE (its decoder ByteLevel) takes the byte path of whole lines (O(1) a token)."""
     _write_local_hf_tokenizer(tmp_path / "tok")
     assert load_tokenizer(str(tmp_path / "tok")).byte_level
+
+
+def test_a_byte_level_token_outside_the_byte_table_is_its_text(hub_offline, tmp_path):
+    """A byte-level vocabulary whose model holds a token with a character outside GPT-2's byte
+    table ('Ġ中', as a hand-extended vocabulary may) made token_bytes raise a KeyError, and so a
+    live session's propose once the model wrote that id (a helper's review); it is the token's text."""
+    path = tmp_path / "tok"
+    _write_local_hf_tokenizer(path)
+    spec = json.loads((path / "tokenizer.json").read_text())
+    odd = max(spec["model"]["vocab"].values()) + 1
+    spec["model"]["vocab"]["\u0120\u4e2d"] = odd
+    (path / "tokenizer.json").write_text(json.dumps(spec))
+    hf = load_tokenizer(str(path))
+    assert hf.byte_level and hf.token_bytes(odd) == hf.decode([odd]).encode("utf-8")
+    assert (odd, hf.token_bytes(odd)) in hf.vocab_bytes()

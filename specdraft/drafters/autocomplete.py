@@ -291,7 +291,8 @@ class PromptAutocomplete:
         whichever positions were visited before. The line is its tokens' bytes (token_bytes; a
         newline byte is never inside a character), decoded as tiktoken decodes: for a byte-level
         vocabulary the decode itself, for SentencePiece's the decode but for the line's leading
-        space, which the segment looked up drops. O(new tokens) a call, plus the line's decode."""
+        space, which the segment looked up drops; a WordPiece line is spaced otherwise, the same
+        in the warehouse and live. O(new tokens + the line's length) a call."""
         if known_len <= self._known:
             return self._line
         token_bytes = single_token_bytes(self.tokenizer)

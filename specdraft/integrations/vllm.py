@@ -146,7 +146,7 @@ class SpecdraftProposer:
     def _take_behind(self, row: np.ndarray, known: int) -> _Request | None:
         """The request taken in the previous call, and not yet in this one, whose history is the
         longest start of row[:known] (vLLM did not draft at the steps between), out of the index."""
-        ended = self.drafter.tokenizer.special_ids  # a turn that ended with one is not behind: it is over
+        ended = self.drafter.tokenizer.end_ids  # a turn that ended with one is not behind: it is over
         behind = [r for count, group in self._by_count.items() if 0 < count < known
                   for r in group if r.seen == self._calls - 1 and int(r.history()[-1]) not in ended]
         behind.sort(key=lambda r: -r.count)

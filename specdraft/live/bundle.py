@@ -49,7 +49,11 @@ from specdraft.policy.trees import TreeEnsemble
 from specdraft.tables import hashing
 
 FORMAT = "specdraft-drafter"
-FORMAT_VERSION = 1
+# 2 (2026-12-07): policy.json's autocomplete_text, and a local tokenizer's files in tokenizer/;
+# a specdraft that reads version 1 only would draft otherwise from such a bundle, so it refuses it.
+# Version 1 bundles still load, and draft as their runs did.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 PRESETS = ("seed", "default")
 # file -> its columns, in order; integer widths of the lookup tables are chosen per bundle (the
@@ -386,9 +390,9 @@ def read_manifest(root: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SpecdraftError(f"{path}: not a specdraft drafter bundle manifest")
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise SpecdraftError(f"{path}: bundle format version {version}; this specdraft reads version "
-                             f"{FORMAT_VERSION} (export the run again)")
+    if version not in READABLE_VERSIONS:
+        raise SpecdraftError(f"{path}: bundle format version {version}; this specdraft reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))} (export the run again)")
     expected = {"p1": hashing.P1, "p2": hashing.P2, "b1": hashing.B1, "b2": hashing.B2}
     if manifest.get("hash") != expected:
         raise SpecdraftError(f"{path}: the bundle's context keys use other hash constants than this specdraft")

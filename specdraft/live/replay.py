@@ -32,7 +32,6 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     """Replay a recorded run (default: the latest) through the bundle; the figures as a dict."""
     from specdraft.live.bundle import check_tables_are_the_runs
     from specdraft.report.results import load_run
-    from specdraft.sources.traces import traces_path
     from specdraft.warehouse.connection import Warehouse
 
     rss_before = current_rss_bytes()
@@ -48,15 +47,12 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     with Warehouse(Path(warehouse), read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         check_tables_are_the_runs(wh, results)
         traces = wh.query("live/replay_traces").to_arrow_table()
-        texts = wh.query("live/replay_prompts", {"traces_path": str(traces_path(wh.traces_dir, results["dataset"]))})
-        texts = texts.to_arrow_table()
+        prompt_texts = None
+        if not getattr(drafter.policy, "text_from_tokens", False):  # the run read the dataset's prompt text
+            prompt_texts = _prompt_texts(wh, results["dataset"], traces.column("trace_id").to_pylist())
         chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
     prompts = traces.column("prompt_len").to_pylist()
     tokens = traces.column("tokens").to_pylist()
-    if texts.column("trace_id").to_pylist() != traces.column("trace_id").to_pylist():
-        raise SpecdraftError(f"{traces_path(wh.traces_dir, results['dataset'])}: the eval traces' prompts are not "
-                             "the warehouse's eval traces")
-    prompt_texts = texts.column("prompt").to_pylist()
     walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen, prompt_texts)
     drafter.forget()  # an --online run's decode walk starts from an empty store too
     decode = decode_step(drafter, prompts, tokens, prompt_texts)
@@ -78,6 +74,21 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
         "decode_step": _beside(live_decode, results["decode_step"]),
         "latency_us": {name: _percentiles(walk[name]) for name in ("start", "propose", "extend")},
     }
+
+
+def _prompt_texts(wh, dataset: str, trace_ids: list[int]) -> list[str]:
+    """The eval traces' prompt text (replay_prompts.sql), in trace id order, from the dataset's
+    traces Parquet, which a warehouse copied without its traces/ lacks."""
+    from specdraft.sources.traces import traces_path
+
+    path = traces_path(wh.traces_dir, dataset)
+    if not path.exists():
+        raise SpecdraftError(f"{path}: not found; this run's prompt autocomplete read the prompts' text from it, and "
+                             "so does its replay")
+    texts = wh.query("live/replay_prompts", {"traces_path": str(path)}).to_arrow_table()
+    if texts.column("trace_id").to_pylist() != trace_ids:
+        raise SpecdraftError(f"{path}: its eval traces are not the warehouse's")
+    return texts.column("prompt").to_pylist()
 
 
 def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], tokens: list[list[int]],

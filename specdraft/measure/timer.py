@@ -90,12 +90,16 @@ def current_rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     """This process's peak resident memory: VmHWM on Linux, else ru_maxrss."""
     peak = _proc_status_bytes("VmHWM")
-    if peak is not None:
-        return peak
+    return peak if peak is not None else rusage_peak_bytes()
+
+
+def rusage_peak_bytes(children: bool = False) -> int:
+    """getrusage's ru_maxrss in bytes: this process's peak, or with children=True the largest of
+    the children it has waited for (0 on Windows)."""
     try:
         import resource
         import sys
     except ImportError:  # Windows
         return 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
+
+from specdraft.measure.timer import rusage_peak_bytes
 
 SAMPLE_S = 0.02
 FIND_EVERY = 5  # samples between two walks of the process tree (100 ms)
@@ -71,10 +72,22 @@ def tree_rss_bytes(root: int) -> int:
 
 
 def watch(command: list[str]) -> dict:
+    # a signal is passed on from before the child starts (one that comes while it starts is passed
+    # on once it has): the wrapper never dies of it with the child left running
+    child, pending = None, []
+
+    def forward(number, _frame) -> None:
+        if child is None:
+            pending.append(number)
+        else:
+            child.send_signal(number)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
     started_at, started = time.time(), time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda number, _frame: child.send_signal(number))
+    for number in pending:
+        child.send_signal(number)
     tree_peak = 0
     done = threading.Event()
 
@@ -95,7 +108,7 @@ def watch(command: list[str]) -> dict:
     wall = time.perf_counter() - started
     done.set()
     sampler.join()
-    largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    largest = rusage_peak_bytes(children=True)
     return {"started_at": started_at, "wall_s": wall, "peak_rss_bytes": max(tree_peak, largest), "tree_peak_rss_bytes": tree_peak,
             "largest_process_peak_rss_bytes": largest, "returncode": child.returncode,
             "stdout": stdout, "stderr": stderr[-4000:]}

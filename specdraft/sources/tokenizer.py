@@ -141,8 +141,8 @@ class Tokenizer:
         raise NotImplementedError
 
     @cached_property
-    def special_ids(self) -> frozenset[int]:
-        """The ids of the vocabulary's special tokens (end of text, chat turn marks)."""
+    def end_ids(self) -> frozenset[int]:
+        """The ids of the special tokens that end a text or a chat turn (END_TOKEN)."""
         return frozenset()
 
     def vocab_bytes(self) -> list[tuple[int, bytes]]:
@@ -230,8 +230,9 @@ class OfflineQwenTokenizer(Tokenizer):
             raise ValueError(f"token id {token_id} is not in the {self.name} vocabulary") from None
 
     @cached_property
-    def special_ids(self) -> frozenset[int]:
-        return frozenset(self._encoding._special_tokens.values())
+    def end_ids(self) -> frozenset[int]:
+        return frozenset(token_id for token, token_id in self._encoding._special_tokens.items()
+                         if END_TOKEN.fullmatch(token))
 
     def vocab_bytes(self) -> list[tuple[int, bytes]]:
         # straight from the Encoding's tables: asking token_bytes for each id took 0.35 s of ingest
@@ -395,7 +396,7 @@ class HFTokenizer(Tokenizer):
     @cached_property
     def _decoders(self) -> frozenset[str]:
         """The kinds of the fast tokenizer's decoder, a Sequence's parts too ("ByteLevel",
-        "Metaspace", "ByteFallback", ...); empty for a slow tokenizer."""
+        "Metaspace", "ByteFallback", ...; "None" without a decoder); empty for a slow tokenizer."""
         try:
             decoder = json.loads(self._hf.backend_tokenizer.to_str()).get("decoder") or {}
         except (AttributeError, ValueError):
@@ -408,9 +409,11 @@ class HFTokenizer(Tokenizer):
         return "ByteLevel" in self._decoders
 
     @cached_property
-    def special_ids(self) -> frozenset[int]:
-        added = [token_id for token_id, token in self._hf.added_tokens_decoder.items() if token.special]
-        return frozenset([*self._hf.all_special_ids, *added])
+    def end_ids(self) -> frozenset[int]:
+        eos = self._hf.eos_token_id
+        ends = [token_id for token_id, token in self._hf.added_tokens_decoder.items()
+                if token.special and END_TOKEN.fullmatch(str(token))]
+        return frozenset([*ends, *([eos] if isinstance(eos, int) else [])])
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's bytes as its decoder makes them: a byte-level BPE's bytes; SentencePiece's
@@ -429,8 +432,10 @@ class HFTokenizer(Tokenizer):
         if added is not None:
             return str(added).encode("utf-8")
         byte_of = _byte_level_decoder()
-        if self.byte_level or (not decoders and all(char in byte_of for char in token)):
+        if (self.byte_level or not decoders) and all(char in byte_of for char in token):
             return bytes(byte_of[char] for char in token)
+        if self.byte_level:  # a token outside the byte table (added to the vocabulary as text)
+            return self._hf.convert_tokens_to_string([token]).encode("utf-8")
         if decoders & {"Metaspace", "Replace"}:
             return token.replace("\u2581", " ").encode("utf-8")
         if "WordPiece" in decoders:
@@ -438,6 +443,8 @@ class HFTokenizer(Tokenizer):
         return self._hf.convert_tokens_to_string([token]).encode("utf-8")
 
 
+# The special tokens that end a text or a chat turn, by their usual names (Qwen's, Llama's, Gemma's...)
+END_TOKEN = re.compile(r"<\|(endoftext|end_of_text|im_end|eot_id|eom_id|end)\|>|</s>|<end_of_turn>|<eos>")
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback tokens
 
 
