@@ -77,15 +77,16 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
 
 
 def _prompt_texts(wh, dataset: str, trace_ids: list[int]) -> list[str]:
-    """The eval traces' prompt text (replay_prompts.sql), in trace id order, from the dataset's
-    traces Parquet, which a warehouse copied without its traces/ lacks."""
+    """The eval traces' prompt text (policy/eval_traces.sql, which the seed preset's decode walk
+    reads it from), in trace id order, from the dataset's traces Parquet, which a warehouse copied
+    without its traces/ lacks."""
     from specdraft.sources.traces import traces_path
 
     path = traces_path(wh.traces_dir, dataset)
     if not path.exists():
         raise SpecdraftError(f"{path}: not found; this run's prompt autocomplete read the prompts' text from it, and "
                              "so does its replay")
-    texts = wh.query("live/replay_prompts", {"traces_path": str(path)}).to_arrow_table()
+    texts = wh.query("policy/eval_traces", {"traces_path": str(path)}).to_arrow_table()
     if texts.column("trace_id").to_pylist() != trace_ids:
         raise SpecdraftError(f"{path}: its eval traces are not the warehouse's")
     return texts.column("prompt").to_pylist()
