@@ -18,6 +18,7 @@ import click
 import duckdb
 
 from specdraft.errors import SpecdraftError, first_line
+from specdraft.files import make_dirs
 from specdraft.pipeline import DEFAULT_DATASET
 from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT
 
@@ -203,8 +204,6 @@ REPORT_FILES = ("results.json", "accepted_histogram.svg", "report.html")
 def _make_out(out: str) -> None:
     """The output directory, made now: one that cannot be a directory, or that holds a directory
     where a report file goes, fails before the run (or the report's first file), not after."""
-    from specdraft.files import make_dirs
-
     make_dirs(out)
     for name in REPORT_FILES:
         if (Path(out) / name).is_dir():
@@ -387,8 +386,6 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
     cfg = _config(kwargs)
     if train_sizes is not None and cfg.train_limit:
         raise click.UsageError("give --train-sizes or --train-limit (the top of the default series), not both")
-    from specdraft.files import make_dirs
-
     make_dirs(out)  # one that cannot be a directory fails now, not after every size
     points = scaling_curve(cfg, _inputs(warehouse, memory_limit, debug, kwargs), sizes=train_sizes)
     json_path, svg_path = write_scaling(points, Path(out))
@@ -410,7 +407,6 @@ def compare(run_a, run_b, warehouse, html_path, debug) -> None:
     position and, for runs on the same eval traces, trace and the positions where they chose
     differently. Runs of different presets or datasets compare if they share a tokenizer; the
     run ids are in `specdraft sql "select run_id, dataset, preset from main.runs"`."""
-    from specdraft.files import make_dirs
     from specdraft.report.compare import compare_runs, compare_text, write_compare_html
 
     if html_path:  # a folder for the page that cannot be made fails now, not after the comparison
@@ -724,8 +720,6 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
             raise click.UsageError("--cost-curve needs --base-rows (or --train-limit)")
         flags = {key: value for key, value in flags.items() if value is not None}
         if out:  # one that cannot be a directory fails now, not after every point
-            from specdraft.files import make_dirs
-
             make_dirs(out)
         curve = benchmark.cost_curve(Path(data), base_rows, scales, flags, memory_limit, preset)
         click.echo(json.dumps(curve, indent=2) if as_json else benchmark.format_cost_curve(curve))

@@ -939,7 +939,7 @@ def test_a_decode_step_over_split_characters_is_the_live_drafters(tmp_path):
 
 @pytest.mark.parametrize("vocabulary", ["qwen", "llama"])
 def test_a_whole_line_is_the_same_whichever_positions_were_visited(tmp_path, vocabulary):
-    """PromptAutocomplete(whole_lines=True): the current line at a position is one function of
+    """PromptAutocomplete(text_from_tokens=True): the current line at a position is one function of
     the tokens before it, its tokens' bytes decoded (the decode of the line, but for a
     SentencePiece line's leading space), for a byte-level vocabulary and a SentencePiece-style
     one with byte fallback; chunk by chunk, as the seed decodes, it depends on the visits."""
@@ -961,7 +961,7 @@ def test_a_whole_line_is_the_same_whichever_positions_were_visited(tmp_path, voc
     positions = range(len(tokens) - prompt_len + 1)
 
     def lines(whole: bool, visited) -> dict[int, str]:
-        walker = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, 16, whole_lines=whole)
+        walker = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, 16, text_from_tokens=whole)
         return {cpos: walker.line_at(cpos) for cpos in visited}
 
     every = lines(True, positions)

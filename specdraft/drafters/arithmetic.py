@@ -216,11 +216,6 @@ class Arithmetic:
     def _encode_text(self, text: str, before: str = "") -> tuple[int, ...]:
         return tuple(self.tokenizer.encode_after(before, text)[: self.draft_len])
 
-    def _before(self, tail: str) -> str:
-        """What a draft's ids are encoded after (Tokenizer.encode_after): nothing for a byte-level
-        vocabulary, which encodes the draft alone (one cache entry per draft text)."""
-        return "" if self.tokenizer.byte_level else tail
-
     def propose_at(self, tokens: list[int], positions: list[int]) -> list[tuple[int, tuple[int, ...]]]:
         """(position, draft) wherever propose(tokens, position) drafts, for many positions of one
         trace: the same drafts, with the marks looked for in numpy and each tail sliced from the
@@ -251,7 +246,7 @@ class Arithmetic:
             tail = text[start:end].decode("utf-8", errors="replace")
             draft = draft_text(tail)
             if draft:
-                drafts.append((k, self._encode(draft, self._before(tail))))
+                drafts.append((k, self._encode(draft, tail)))
         return drafts
 
     def propose(self, tokens: list[int], known: int) -> tuple[int, ...] | None:
@@ -263,5 +258,5 @@ class Arithmetic:
         tail = b"".join([piece(token) for token in tokens[max(0, known - TAIL_TOKENS):known]]).decode(
             "utf-8", errors="replace")
         text = draft_text(tail)
-        return self._encode(text, self._before(tail)) if text else None
+        return self._encode(text, tail) if text else None
 

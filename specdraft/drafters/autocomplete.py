@@ -11,7 +11,9 @@ U+FFFD. So the current line depends on the walk (every position, every second po
 decode-step walk), and `PromptAutocomplete.walk` takes the visited positions. --preset seed keeps
 that (its decode step re-walks the source over the positions it visits, as the seed does).
 
---preset default decodes the line whole instead (`whole_lines`): the current line is the decode
+--preset default reads its text from the tokens alone instead (`text_from_tokens`): the prompt
+is the decode of its tokens (a live caller may not have the dataset's text, which the tokenizer
+may have normalised), and the current line is the decode
 of the known response's tokens since its last newline, whichever positions were visited before,
 so the draft at a position is one function of the tokens before it. Its decode-step figures,
 which walk over the every-position choices, are then what the live drafter proposes in that
@@ -225,26 +227,30 @@ def prompt_score(segment: str) -> float:
 
 
 class PromptAutocomplete:
-    """Prompt-autocomplete drafts for one trace; whole_lines: the current line decoded whole
-    (--preset default), else chunk by chunk as the seed's TextCursor (see the module docstring)."""
+    """Prompt-autocomplete drafts for one trace. prompt: its text (the dataset's, or a live
+    caller's); text_from_tokens (--preset default), or no prompt text: the decode of
+    tokens[:prompt_len]. text_from_tokens also decodes the current line whole, else chunk by chunk
+    as the seed's TextCursor (see the module docstring)."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt: str, tokens: list[int], prompt_len: int, draft_len: int,
-                 whole_lines: bool = False):
+    def __init__(self, tokenizer: Tokenizer, prompt: str | None, tokens: list[int], prompt_len: int, draft_len: int,
+                 text_from_tokens: bool = False):
         self.tokenizer = tokenizer
         self.tokens = tokens
         self.prompt_len = prompt_len
         self.draft_len = draft_len
-        self.whole_lines = whole_lines
+        self.text_from_tokens = text_from_tokens
+        if text_from_tokens or prompt is None:
+            prompt = tokenizer.decode(tokens[:prompt_len])
         self.span_index = SpanIndex(prompt)
         self._encode = lru_cache(maxsize=4096)(self._encode_rest)
         self.start_walk()
 
     def _encode_rest(self, text: str, segment: str = "") -> tuple[int, ...]:
-        """The draft's ids: the seed encodes the rest of the span alone; with whole_lines, as it
-        follows the segment (Tokenizer.encode_after: the same for a byte-level vocabulary)."""
+        """The draft's ids: the seed encodes the rest of the span alone; with text_from_tokens, as
+        it follows the segment (Tokenizer.encode_after: the same for a byte-level vocabulary)."""
         if not text:
             return ()
-        ids = self.tokenizer.encode_after(segment, text) if self.whole_lines else self.tokenizer.encode(text)
+        ids = self.tokenizer.encode_after(segment, text) if self.text_from_tokens else self.tokenizer.encode(text)
         return tuple(ids[: self.draft_len])
 
     def propose(self, line: str) -> tuple[tuple[int, ...], float] | None:
@@ -256,8 +262,7 @@ class PromptAutocomplete:
         span = self.span_index.get(lowered)
         if not span or not span.lower().startswith(lowered):
             return None
-        # (a byte-level vocabulary encodes the rest alone: one cache entry per rest)
-        draft = self._encode(span[len(segment) :], segment if self.whole_lines and not self.tokenizer.byte_level else "")
+        draft = self._encode(span[len(segment) :], segment)
         if not draft:
             return None
         return draft, prompt_score(segment)
@@ -265,14 +270,14 @@ class PromptAutocomplete:
     def start_walk(self) -> None:
         self._line = ""
         self._known = self.prompt_len
-        self._line_bytes = b""  # whole_lines: the line's bytes
+        self._line_bytes = b""  # text_from_tokens: the line's bytes
 
     def line_at(self, completion_pos: int) -> str:
         """The current line once `completion_pos` response tokens are known, decoding as the
         seed's TextCursor: the tokens since the previous call are decoded as one chunk (or, with
-        whole_lines, the line's tokens as one)."""
+        text_from_tokens, the line's tokens as one)."""
         known_len = self.prompt_len + completion_pos
-        if self.whole_lines:
+        if self.text_from_tokens:
             return self._whole_line_at(known_len)
         if known_len > self._known:
             if known_len == self._known + 1:

@@ -73,8 +73,6 @@ def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig,
     for trace_id, _split, prompt_len, tokens, prompt, completion_positions in progress(
         traces, desc="prompt autocomplete", unit="trace"
     ):
-        if text_from_tokens:
-            prompt = tokenizer.decode(tokens[:prompt_len])
         drafter = PromptAutocomplete(tokenizer, prompt, tokens, prompt_len, cfg.draft_len, text_from_tokens)
         for cpos, proposal in drafter.walk(completion_positions):
             if proposal is not None:

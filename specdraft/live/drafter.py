@@ -202,11 +202,8 @@ class Session:
         self._known = KnownTokens(self.tokens) if drafter.choices is not None else None
         self._copy, self._frozen, self._frozen_pos = self._copy_index()
         tokenizer = drafter.tokenizer
-        from_tokens = getattr(drafter.policy, "text_from_tokens", False)
-        if from_tokens or prompt_text is None:
-            prompt_text = tokenizer.decode(self.tokens)
         self._autocomplete = PromptAutocomplete(tokenizer, prompt_text, self.tokens, self.prompt_len,
-                                                drafter.draft_len, from_tokens)
+                                                drafter.draft_len, drafter.policy.text_from_tokens)
         self._walk: tuple | None = None  # (n, draft, steps, stopped) of the last backoff walk
         self._recent = self._recent_index() if drafter.choices is not None else None
         # --preset default: position -> its context keys per recent length, until the copy index takes them

@@ -48,7 +48,7 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
         check_tables_are_the_runs(wh, results)
         traces = wh.query("live/replay_traces").to_arrow_table()
         prompt_texts = None
-        if not getattr(drafter.policy, "text_from_tokens", False):  # the run read the dataset's prompt text
+        if not drafter.policy.text_from_tokens:  # the run read the dataset's prompt text
             prompt_texts = _prompt_texts(wh, results["dataset"], traces.column("trace_id").to_pylist())
         chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
     prompts = traces.column("prompt_len").to_pylist()

@@ -107,8 +107,8 @@ def run_specdraft(data: Path, flags: dict, memory_limit: str | None, preset: str
         # and the process's exit come after it)
         run["results_s"] = path.stat().st_mtime - run["started_at"]
         results = json.loads(path.read_text())
-    # getrusage sees the kernel's peak of the whole process; the run's own sampled maximum (10 ms
-    # readings) can only be at or below it, and is taken where getrusage is not available
+    # the wrapper's peak (the tree's, or its largest process's high-water mark) is at or above the
+    # run's own sampled maximum (10 ms readings), which is taken where neither can be read
     run["peak_rss_bytes"] = max(run["peak_rss_bytes"], results.get("peak_rss_bytes_by_stage", {}).get("total", 0))
     return run, results
 

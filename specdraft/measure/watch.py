@@ -66,11 +66,6 @@ def resident_bytes(pids: list[int]) -> int:
     return total
 
 
-def tree_rss_bytes(root: int) -> int:
-    """The resident memory of process `root` and its descendants (resident_bytes; 0 without /proc)."""
-    return resident_bytes(descendants(root))
-
-
 def watch(command: list[str]) -> dict:
     # a signal is passed on from before the child starts (one that comes while it starts is passed
     # on once it has): the wrapper never dies of it with the child left running
