@@ -620,9 +620,14 @@ def replay(run_id, bundle, warehouse, fmt, debug) -> None:
               show_default=True, help="Weights' dtype (auto: the checkpoint's).")
 @click.option("--chat", is_flag=True, help="Put the prompt in the tokenizer's chat template, as a user turn.")
 @click.option("--no-baseline", is_flag=True, help="Skip the run without the drafter (and the comparison).")
+@click.option("--verify-cost", metavar="C|run", default=None,
+              help="Cut each draft to the length whose expected speedup is best when verifying a drafted token "
+                   "costs C forward passes (0 to 10; run: the bundle's run's --verify-cost). --preset default "
+                   "bundles. Default: full drafts.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def generate(prompt, model_name, bundle, max_new_tokens, device, dtype, chat, no_baseline, debug) -> None:
+def generate(prompt, model_name, bundle, max_new_tokens, device, dtype, chat, no_baseline, verify_cost,
+             debug) -> None:
     """Generate PROMPT's continuation with a transformers model, drafted by a bundle (greedy).
 
     Prints the text on stdout; on stderr, the forward passes and the draft tokens accepted per
@@ -632,7 +637,7 @@ def generate(prompt, model_name, bundle, max_new_tokens, device, dtype, chat, no
     from specdraft.integrations.generate import format_stats, run_generate
 
     out = run_generate(model_name, Path(bundle), prompt, max_new_tokens=max_new_tokens, device=device,
-                       dtype=dtype, chat=chat, baseline=not no_baseline)
+                       dtype=dtype, chat=chat, baseline=not no_baseline, verify_cost=verify_cost)
     click.echo(out["text"])
     for line in format_stats(out):
         click.echo(f"specdraft: {line}", err=True)

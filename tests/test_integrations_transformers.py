@@ -6,6 +6,7 @@ assisted decoding over that sequence. Then `specdraft generate` on the model sav
 from __future__ import annotations
 
 import base64
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ from specdraft.pipeline import run_all
 from specdraft.warehouse.connection import Warehouse
 
 from .test_parity import FIXTURE, SEED
+
+DEFAULT = dataclasses.replace(SEED, preset="default")
+CUT_AT = 0.05  # a verify cost at which the default bundle cuts many drafts of the tiny model's text
 
 NEW_TOKENS = 200
 REPEATING = "1, 2, 1, 2, 1, 2, 1, 2,"  # the tiny model's output repeats a few tokens after it
@@ -50,6 +54,20 @@ def bundle(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def drafter(bundle) -> Drafter:
     return Drafter.load(bundle)
+
+
+@pytest.fixture(scope="module")
+def default_bundle(tmp_path_factory) -> Path:
+    """The bundle of a --preset default run of the parity fixture: its drafts can be cut to a length."""
+    root = tmp_path_factory.mktemp("hf-default")
+    run_all(DEFAULT, root / "warehouse", str(FIXTURE), "unused")
+    export_bundle(root / "warehouse", None, root / "bundle")
+    return root / "bundle"
+
+
+@pytest.fixture(scope="module")
+def default_drafter(default_bundle) -> Drafter:
+    return Drafter.load(default_bundle)
 
 
 def tiny_qwen(vocab_size: int) -> Qwen2ForCausalLM:
@@ -83,6 +101,7 @@ class Recording:
 
     def __init__(self, drafter: Drafter) -> None:
         self.drafter, self.draft_len, self.vocab_size = drafter, drafter.draft_len, drafter.vocab_size
+        self.checked_verify_cost = drafter.checked_verify_cost
         self.proposed: list[list[int]] = []
         self.extended: list[int] = []
 
@@ -90,8 +109,8 @@ class Recording:
         recording, session = self, self.drafter.start(prompt_ids)
 
         class Session:
-            def propose(self):
-                recording.proposed.append(session.propose())
+            def propose(self, verify_cost=None):
+                recording.proposed.append(session.propose(verify_cost=verify_cost))
                 return recording.proposed[-1]
 
             def extend(self, ids):
@@ -104,16 +123,17 @@ class Recording:
         return Session()
 
 
-def replay_assisted(drafter: Drafter, prompt: list[int], sequence: list[int], max_length: int) -> dict:
+def replay_assisted(drafter: Drafter, prompt: list[int], sequence: list[int], max_length: int,
+                    verify_cost: float | None = None) -> dict:
     """Assisted greedy decoding replayed over the sequence the model made: at each pass the session
-    proposes (unless only the model's own token fits in max_length), the draft is cut so that token
-    fits, kept up to its first disagreement with the sequence, and one more token, the model's, is
-    taken. An oracle for the proposals and the counts.
+    proposes (unless only the model's own token fits in max_length; with verify_cost, its draft cut
+    at that cost), the draft is cut so that token fits, kept up to its first disagreement with the
+    sequence, and one more token, the model's, is taken. An oracle for the proposals and the counts.
 
     >>> class Copy:  # a drafter proposing the last two tokens again
     ...     def start(self, ids):
     ...         s = type("S", (), {"ids": list(ids)})()
-    ...         s.propose, s.extend = (lambda: s.ids[-2:]), s.ids.extend
+    ...         s.propose, s.extend = (lambda verify_cost: s.ids[-2:]), s.ids.extend
     ...         return s
     >>> r = replay_assisted(Copy(), [1, 2], [1, 2, 1, 2, 5, 1, 2, 7], max_length=8)
     >>> r["proposals"], r["forward_passes"], r["drafted_tokens"], r["accepted_tokens"]
@@ -125,7 +145,7 @@ def replay_assisted(drafter: Drafter, prompt: list[int], sequence: list[int], ma
         room = max_length - pos - 1
         draft = []
         if room > 0:
-            proposals.append(session.propose())
+            proposals.append(session.propose(verify_cost=verify_cost))
             draft = proposals[-1][:room]
         kept = 0
         while kept < len(draft) and draft[kept] == sequence[pos + kept]:
@@ -189,6 +209,34 @@ def test_drafts_and_counts_equal_a_replay_of_assisted_decoding(runs, prompts, dr
         assert (result.forward_passes, result.accepted_tokens, result.drafted_tokens) == (
             expected["forward_passes"], expected["accepted_tokens"], expected["drafted_tokens"]), name
         assert result.tokens_per_pass == NEW_TOKENS / result.forward_passes
+
+
+def test_drafts_cut_at_a_verify_cost_are_lossless_and_the_sessions(model, default_drafter, prompts):
+    """generate(..., verify_cost=c): every draft is the session's propose(verify_cost=c), the output
+    is still model.generate's, and the drafts are shorter than the full ones (fewer tokens verified)."""
+    cut_drafted = full_drafted = 0
+    for name, prompt in prompts.items():
+        ids = torch.tensor([prompt])
+        plain = model.generate(ids, do_sample=False, max_new_tokens=NEW_TOKENS)
+        recording = Recording(default_drafter)
+        result = hf.generate(model, ids, recording, verify_cost=CUT_AT, do_sample=False, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(result.sequences, plain), name
+        expected = replay_assisted(default_drafter, prompt, plain[0].tolist(), plain.shape[1], verify_cost=CUT_AT)
+        assert recording.proposed == expected["proposals"], name
+        assert (result.forward_passes, result.accepted_tokens, result.drafted_tokens) == (
+            expected["forward_passes"], expected["accepted_tokens"], expected["drafted_tokens"]), name
+        full = replay_assisted(default_drafter, prompt, plain[0].tolist(), plain.shape[1])
+        cut_drafted, full_drafted = cut_drafted + result.drafted_tokens, full_drafted + full["drafted_tokens"]
+    assert 0 < cut_drafted < 0.8 * full_drafted, (cut_drafted, full_drafted)  # 622 against 967 when written
+
+
+@pytest.mark.parametrize("cost, message", [(0.05, "need a --preset default bundle"),
+                                           (float("nan"), "verify_cost must be a number from 0 to 10")])
+def test_a_verify_cost_the_bundle_cannot_cut_at_is_refused_before_the_model_runs(model, drafter, prompts, cost,
+                                                                                  message, monkeypatch):
+    monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("the model ran"))
+    with pytest.raises(ValueError, match=message):
+        hf.generate(model, torch.tensor([prompts["repeating"]]), drafter, verify_cost=cost, max_new_tokens=5)
 
 
 def test_sampling_with_top_k_1_is_greedy(model, drafter, prompts, runs):
@@ -347,6 +395,28 @@ def test_generate_command_prints_the_text_and_the_passes(saved_models, bundle, m
     assert "without the drafter: 40 new tokens in 40 forward passes" in stats and "speedup" in stats
     assert "outputs identical" in stats and "Loading weights" not in stats  # no progress bar off a terminal
     assert "warning" not in stats
+
+
+def test_generate_command_cuts_drafts_at_the_runs_verify_cost(saved_models, default_bundle, default_drafter):
+    text = "A train travels 60 km in 1.5 hours. What is its average speed?"
+    args = ("--model", str(saved_models["bare"]), "--bundle", str(default_bundle), "--max-new-tokens", "40", text)
+    full, cut = invoke(*args), invoke("--verify-cost", "run", *args)
+    assert full.exit_code == cut.exit_code == 0, cut.stderr
+    assert cut.stdout == full.stdout and "outputs identical" in cut.stderr
+    assert f"cut at verify cost {default_drafter.verify_cost:g})" in cut.stderr and "cut at" not in full.stderr
+
+    def drafted(stats: str) -> int:
+        return int(stats.split(" drafted")[0].rsplit(" of ", 1)[1])
+
+    assert drafted(cut.stderr) < drafted(full.stderr), (cut.stderr, full.stderr)
+
+
+@pytest.mark.parametrize("cost, message", [("run", "need a --preset default bundle"),
+                                           ("cheap", "a verify cost is a number from 0 to 10 or 'run'")])
+def test_generate_command_refuses_a_verify_cost_in_one_line(saved_models, bundle, cost, message):
+    result = invoke("--model", str(saved_models["bare"]), "--bundle", str(bundle), "--verify-cost", cost, "hello")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("specdraft: error: --verify-cost: ") and message in result.stderr, result.stderr
 
 
 def test_generate_command_on_a_hub_id_offline_is_one_line(bundle, monkeypatch):

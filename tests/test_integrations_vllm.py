@@ -14,6 +14,7 @@ what a fresh Drafter session fed the same prompt and tokens proposes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 from collections import deque
@@ -25,12 +26,14 @@ import pytest
 
 from specdraft import Drafter
 from specdraft.errors import SpecdraftError
-from specdraft.integrations.vllm import BUNDLE_ENV, SpecdraftProposer
+from specdraft.integrations.vllm import BUNDLE_ENV, VERIFY_COST_ENV, SpecdraftProposer
 from specdraft.live.bundle import export_bundle
 from specdraft.pipeline import run_all
 from specdraft.warehouse.connection import Warehouse
 
 from .test_parity import FIXTURE, SEED
+
+DEFAULT = dataclasses.replace(SEED, preset="default")
 
 MAX_MODEL_LEN = 400
 K = 12  # num_speculative_tokens below the bundle's draft_len (16): drafts are cut to it
@@ -42,15 +45,28 @@ def bundle(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     run_all(SEED, root / "warehouse", str(FIXTURE), "unused")
     export_bundle(root / "warehouse", None, root / "bundle")
-    with Warehouse(root / "warehouse", read_only=True, dataset="parity_traces", memory_limit=None) as wh:
+    return root / "bundle", bundle_traces(root / "bundle")
+
+
+def bundle_traces(bundle) -> list[tuple[int, list[int]]]:
+    """(prompt_len, tokens) of each eval trace of the run beside the bundle."""
+    with Warehouse(bundle.parent / "warehouse", read_only=True, dataset="parity_traces", memory_limit=None) as wh:
         table = wh.query("live/replay_traces").to_arrow_table()
-    traces = list(zip(table.column("prompt_len").to_pylist(), table.column("tokens").to_pylist()))
-    return root / "bundle", traces
+    return list(zip(table.column("prompt_len").to_pylist(), table.column("tokens").to_pylist()))
 
 
 @pytest.fixture(scope="module")
 def drafter(bundle):
     return Drafter.load(bundle[0])
+
+
+@pytest.fixture(scope="module")
+def default_bundle(tmp_path_factory):
+    """The bundle of a --preset default run of the parity fixture (its drafts can be cut to a length)."""
+    root = tmp_path_factory.mktemp("vllm-default")
+    run_all(DEFAULT, root / "warehouse", str(FIXTURE), "unused")
+    export_bundle(root / "warehouse", None, root / "bundle")
+    return root / "bundle"
 
 
 def vllm_config(num_speculative_tokens: int = K, max_model_len: int = MAX_MODEL_LEN):
@@ -138,6 +154,7 @@ class Request:
     prefill_steps: int = 1  # steps of prefill; all but the last sample nothing
     produced: list[int] = field(default_factory=list)
     draft: list[int] = field(default_factory=list)
+    drafted: int = 0  # draft tokens proposed for it, in all
     # the tokens before the first call that brought it sampled tokens: its session's prompt (more
     # than the prompt when vLLM skipped drafting at its first steps)
     known_at_join: int | None = None
@@ -158,18 +175,18 @@ def requests_of(traces) -> list[Request]:
     return out
 
 
-def expected(drafter, request: Request, room: int) -> list[int]:
-    """A fresh session's draft after the same tokens."""
+def expected(drafter, request: Request, room: int, verify_cost: float | None = None) -> list[int]:
+    """A fresh session's draft after the same tokens (cut at verify_cost, if given)."""
     if room <= 0:
         return []
     tokens = request.prompt + request.produced
     with drafter.start(tokens[: request.known_at_join]) as session:
         session.extend(tokens[request.known_at_join :])
-        return session.propose()[:room]
+        return session.propose(verify_cost=verify_cost)[:room]
 
 
 def walk(proposer, drafter, requests, *, max_num_reqs=4, seed=0, skip_every=0, leave_out_every=0,
-         num_spec=K, max_model_len=MAX_MODEL_LEN) -> int:
+         num_spec=K, max_model_len=MAX_MODEL_LEN, verify_cost=None) -> int:
     """Serve `requests` through `proposer` as vLLM's runner would, checking every draft; returns
     the number of drafts checked. Each step: finished requests leave the batch, waiting ones join
     its free rows, every `leave_out_every`-th step one running request is not scheduled (taken
@@ -231,9 +248,10 @@ def walk(proposer, drafter, requests, *, max_num_reqs=4, seed=0, skip_every=0, l
             if sampled and request.known_at_join is None:
                 request.known_at_join = n - len(sampled)
             room = min(num_spec, max_model_len - n - 1)
-            want = expected(drafter, request, room) if sampled else []
+            want = expected(drafter, request, room, verify_cost) if sampled else []
             assert draft == want, (step, req_id, len(request.produced))
             request.draft = draft
+            request.drafted += len(draft)
             checked += 1
     return checked
 
@@ -382,3 +400,32 @@ def test_vllm_builds_it_from_its_config_and_the_environment(bundle, monkeypatch)
     monkeypatch.delenv(BUNDLE_ENV)
     with pytest.raises(SpecdraftError, match=BUNDLE_ENV):
         user_class(config)
+
+
+def test_drafts_cut_at_the_environments_verify_cost_are_a_fresh_sessions(default_bundle, monkeypatch):
+    """SPECDRAFT_VERIFY_COST=run: each draft is a fresh session's propose(verify_cost=the run's
+    --verify-cost), cut to num_speculative_tokens; fewer tokens than the full drafts."""
+    drafter = Drafter.load(default_bundle)
+    traces = bundle_traces(default_bundle)
+    monkeypatch.setenv(BUNDLE_ENV, str(default_bundle))
+    monkeypatch.setenv(VERIFY_COST_ENV, "run")
+    cut = SpecdraftProposer(vllm_config())
+    monkeypatch.delenv(VERIFY_COST_ENV)
+    full = SpecdraftProposer(vllm_config(), drafter)
+    assert cut.verify_cost == drafter.verify_cost == 0.02 and full.verify_cost is None
+    drafted = {}
+    for name, proposer, cost in (("cut", cut, drafter.verify_cost), ("full", full, None)):
+        requests = requests_of(traces)
+        assert walk(proposer, drafter, requests, leave_out_every=5, verify_cost=cost) > 150
+        drafted[name] = sum(r.drafted for r in requests)
+    assert 0 < drafted["cut"] < 0.8 * drafted["full"], drafted
+
+
+@pytest.mark.parametrize("value, message", [("run", "need a --preset default bundle"),
+                                            ("0.5x", "a verify cost is a number from 0 to 10 or 'run'"),
+                                            ("11", "verify_cost must be a number from 0 to 10")])
+def test_a_verify_cost_the_bundle_cannot_cut_at_is_refused_when_vllm_builds_it(bundle, value, message, monkeypatch):
+    monkeypatch.setenv(BUNDLE_ENV, str(bundle[0]))
+    monkeypatch.setenv(VERIFY_COST_ENV, value)
+    with pytest.raises(SpecdraftError, match=f"{VERIFY_COST_ENV}: .*{message}"):
+        SpecdraftProposer(vllm_config())

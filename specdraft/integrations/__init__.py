@@ -10,4 +10,28 @@ and imports its engine only when imported itself (`import specdraft` never impor
   sglang-corpus`).
 
 Reads a drafter bundle through `specdraft.Drafter` only (specdraft/live); nothing earlier imports it.
+Each can cut drafts to the length that pays at a verify cost (Session.propose(verify_cost=...)):
+generate's `verify_cost`, `specdraft generate --verify-cost`, vLLM's $SPECDRAFT_VERIFY_COST.
 """
+
+RUN_COST = "run"  # a verify cost setting that names the bundle's run's --verify-cost
+
+
+def verify_cost_setting(text: str, drafter) -> float:
+    """A verify cost given as text (an environment variable, a command's option): a number from 0
+    to 10, or "run" for the --verify-cost of the bundle's run (drafter.verify_cost); a ValueError
+    naming what is wrong, also for a bundle whose drafts cannot be cut (--preset seed).
+
+    >>> class Bundle: verify_cost = 0.02; checked_verify_cost = staticmethod(float)
+    >>> verify_cost_setting(" run ", Bundle()), verify_cost_setting("0.05", Bundle())
+    (0.02, 0.05)
+    """
+    text = text.strip()
+    if text.lower() == RUN_COST:
+        return drafter.checked_verify_cost(drafter.verify_cost)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"a verify cost is a number from 0 to 10 or {RUN_COST!r} (the bundle's run's "
+                         f"--verify-cost), not {text!r}") from None
+    return drafter.checked_verify_cost(value)

@@ -35,12 +35,13 @@ class TextTokenizer:
 
 def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: int = 200,
                  device: str | None = None, dtype: str = "auto", chat: bool = False,
-                 baseline: bool = True) -> dict:
+                 baseline: bool = True, verify_cost: str | None = None) -> dict:
     """Generate `prompt`'s continuation greedily with the drafter (and, with baseline, without it).
 
     Returns the text and the measurements: new tokens, forward passes, draft tokens accepted, wall
     seconds of each run and whether the two outputs are the same tokens. Each run is timed after
-    one short warm-up generate, so neither pays the first call's setup.
+    one short warm-up generate, so neither pays the first call's setup. verify_cost: drafts cut
+    to the length that pays at that cost (integrations.verify_cost_setting: a number, or "run").
     """
     try:
         import torch
@@ -50,8 +51,15 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
         raise SpecdraftError(f"specdraft generate needs torch and transformers ({first_line(exc)}): "
                              "pip install 'specdraft[transformers]'") from exc
     from specdraft import Drafter
+    from specdraft.integrations import verify_cost_setting
 
     drafter = Drafter.load(bundle)
+    cost = None
+    if verify_cost is not None:
+        try:
+            cost = verify_cost_setting(verify_cost, drafter)
+        except ValueError as exc:
+            raise SpecdraftError(f"--verify-cost: {exc}") from None
     model = load_model(model_name, device, dtype)
     tokenizer = load_text_tokenizer(model_name, drafter)
     if chat:
@@ -77,7 +85,7 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
         raise SpecdraftError(str(exc)) from None
     model.generate(input_ids, **{**settings, "max_new_tokens": 2})  # warm-up
     start = time.perf_counter()
-    result = generate(model, input_ids, drafter, **settings)
+    result = generate(model, input_ids, drafter, verify_cost=cost, **settings)
     drafted_s = time.perf_counter() - start
     new = result.sequences[0, len(ids) :].tolist()
     if result.stopped:
@@ -93,6 +101,7 @@ def run_generate(model_name: str, bundle: Path, prompt: str, *, max_new_tokens: 
         "accepted_per_pass": result.accepted_per_pass,
         "tokens_per_pass": result.tokens_per_pass,
         "drafter_s": drafted_s,
+        "verify_cost": cost,
         "warnings": warnings,
     }
     if baseline:
@@ -113,7 +122,8 @@ def format_stats(out: dict) -> list[str]:
         f"prompt: {out['prompt_tokens']} tokens ({out['tokenizer']})",
         (f"with the drafter:    {out['new_tokens']} new tokens in {out['forward_passes']} forward passes, "
          f"{out['accepted_per_pass']:.2f} accepted tokens per pass ({out['accepted_tokens']} of "
-         f"{out['drafted_tokens']} drafted), {out['tokens_per_pass']:.2f} tokens per pass, {out['drafter_s']:.2f} s"),
+         f"{out['drafted_tokens']} drafted{_cut(out)}), {out['tokens_per_pass']:.2f} tokens per pass, "
+         f"{out['drafter_s']:.2f} s"),
     ]
     if "plain_s" in out:
         ratio = out["plain_s"] / out["drafter_s"] if out["drafter_s"] else float("nan")
@@ -121,6 +131,11 @@ def format_stats(out: dict) -> list[str]:
                      f"forward passes, {out['plain_s']:.2f} s; speedup {ratio:.2f}x, "
                      f"outputs {'identical' if out['identical'] else 'DIFFERENT'}")
     return lines + [f"warning: {w}" for w in out["warnings"]]
+
+
+def _cut(out: dict) -> str:
+    cost = out.get("verify_cost")
+    return "" if cost is None else f", cut at verify cost {cost:g}"
 
 
 def load_model(name: str, device: str | None, dtype: str):

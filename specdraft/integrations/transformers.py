@@ -8,6 +8,8 @@
     result.sequences                                       # what model.generate returns
     result.forward_passes, result.accepted_tokens, result.accepted_per_pass
 
+    generate(model, input_ids, drafter, verify_cost=drafter.verify_cost, ...)  # drafts cut to the length that pays
+
 The model verifies each draft in one forward pass and keeps its longest agreeing prefix plus the
 token it picks itself (transformers' `_assisted_decoding`), so greedy output equals
 `model.generate(input_ids, do_sample=False)` token for token. With `do_sample=True` the rule is
@@ -56,9 +58,13 @@ class DrafterCandidateGenerator(CandidateGenerator):
 
     A token id outside the bundle's vocabulary (e.g. a padded embedding row of the model) ends
     drafting for the call; decoding goes on one token per pass.
+
+    verify_cost: each draft is the session's propose(verify_cost=verify_cost), cut to the length
+    whose expected speedup is best at that cost (None: the full draft).
     """
 
-    def __init__(self, drafter, input_ids: torch.LongTensor, max_length: int, eos_token_id=None) -> None:
+    def __init__(self, drafter, input_ids: torch.LongTensor, max_length: int, eos_token_id=None,
+                 verify_cost: float | None = None) -> None:
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"assisted generation takes one sequence at a time: input_ids has shape "
                              f"{tuple(input_ids.shape)}, expected (1, n)")
@@ -68,6 +74,7 @@ class DrafterCandidateGenerator(CandidateGenerator):
         self.eos = {int(t) for t in (eos.tolist() if isinstance(eos, torch.Tensor) else
                                      [eos] if isinstance(eos, int) else eos)}
         self.draft_len = drafter.draft_len
+        self.verify_cost = None if verify_cost is None else drafter.checked_verify_cost(verify_cost)
         self.prompt_len = input_ids.shape[1]
         self.forward_passes = 0
         self.drafted_tokens = 0
@@ -86,7 +93,9 @@ class DrafterCandidateGenerator(CandidateGenerator):
         self._catch_up(input_ids)
         self.forward_passes += 1
         room = self.max_length - input_ids.shape[1] - 1  # the model adds one token of its own
-        draft = self.session.propose()[:room] if self.session is not None and room > 0 else []
+        draft = []
+        if self.session is not None and room > 0:
+            draft = self.session.propose(verify_cost=self.verify_cost)[:room]
         for i, token in enumerate(draft):
             if token in self.eos:
                 draft = draft[:i]
@@ -159,12 +168,17 @@ class Generation:
         return self.new_tokens / self.forward_passes if self.forward_passes else 0.0
 
 
-def generate(model, input_ids: torch.LongTensor, drafter, **generate_kwargs) -> Generation:
+def generate(model, input_ids: torch.LongTensor, drafter, verify_cost: float | None = None,
+             **generate_kwargs) -> Generation:
     """model.generate(input_ids, **generate_kwargs) as assisted generation with `drafter`'s drafts.
 
     input_ids has shape (1, n) (assisted generation is one sequence at a time) and ids of the
     bundle's tokenizer; generate_kwargs are model.generate's (max_new_tokens, do_sample,
     attention_mask, streamer, ...), except those choosing another assistant or beam search.
+    verify_cost: what verifying one drafted token costs, as a fraction of a forward pass; each
+    draft is then cut to the length whose expected speedup is best at that cost, as the run's
+    draft-length report measured it (`drafter.verify_cost` is the run's --verify-cost; --preset
+    default bundles only). None (the default): the full drafts, which replay checks.
     """
     for name in CONFLICTING:
         if generate_kwargs.get(name) is not None:
@@ -180,13 +194,15 @@ def generate(model, input_ids: torch.LongTensor, drafter, **generate_kwargs) -> 
                              "draft, so the output could run past where plain greedy stops; stop on the output "
                              "instead (max_new_tokens and eos_token_id are exact)")
     check_vocabulary(model, drafter)
+    if verify_cost is not None:
+        verify_cost = drafter.checked_verify_cost(verify_cost)  # before the model runs
     made: list[DrafterCandidateGenerator] = []
 
     def candidate_generator(*args, generation_config=None, input_ids=None, **kwargs) -> DrafterCandidateGenerator:
         if args or generation_config is None or input_ids is None:
             raise RuntimeError(_CHANGED + " (it calls _get_candidate_generator with other arguments)")
         made.append(DrafterCandidateGenerator(drafter, input_ids, generation_config.max_length,
-                                              generation_config.eos_token_id))
+                                              generation_config.eos_token_id, verify_cost))
         return made[-1]
 
     with _candidates_from(model, candidate_generator):

@@ -4,6 +4,11 @@
         '{"method": "custom_class", "model": "specdraft.integrations.vllm.SpecdraftProposer",
           "num_speculative_tokens": 16}'
 
+With SPECDRAFT_VERIFY_COST=c (a number from 0 to 10, or "run" for the bundle's run's
+--verify-cost; --preset default bundles) each draft is cut to the length whose expected speedup is
+best when verifying a drafted token costs c forward passes (Session.propose(verify_cost=c)), as
+the run's draft-length report measured it. Unset: the full drafts, as replay checks them.
+
 Written against vLLM's main branch (the stored snapshot carries no release tag):
 vllm/v1/worker/gpu_model_runner.py at 000fc94b754f, vllm/v1/spec_decode/custom_class_proposer.py
 at f7490e78408f and vllm/config/speculative.py at 002e77c1f0ef. The `custom_class` method came
@@ -64,6 +69,7 @@ from specdraft.errors import SpecdraftError
 # The environment variable naming the bundle: vLLM builds the proposer from its own config only,
 # and its worker processes inherit the environment.
 BUNDLE_ENV = "SPECDRAFT_BUNDLE"
+VERIFY_COST_ENV = "SPECDRAFT_VERIFY_COST"  # drafts cut to the length that pays at that cost
 # Calls a session may go untaken before it is closed: vLLM leaves running requests out of a step
 # when the token budget is short, and a finished request looks the same until then.
 IDLE_STEPS = 64
@@ -84,13 +90,17 @@ class SpecdraftProposer:
     """vLLM's custom proposer over a specdraft Drafter: one session per request (module docstring).
 
     `vllm_config` is vLLM's VllmConfig (only speculative_config.num_speculative_tokens and
-    model_config.max_model_len are read); `drafter` defaults to the bundle at $SPECDRAFT_BUNDLE.
+    model_config.max_model_len are read); `drafter` defaults to the bundle at $SPECDRAFT_BUNDLE,
+    `verify_cost` to $SPECDRAFT_VERIFY_COST (unset: full drafts).
     """
 
-    def __init__(self, vllm_config, drafter=None, idle_steps: int = IDLE_STEPS) -> None:
+    def __init__(self, vllm_config, drafter=None, idle_steps: int = IDLE_STEPS,
+                 verify_cost: float | None = None) -> None:
         self.num_speculative_tokens = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.drafter = drafter if drafter is not None else load_drafter()
+        self.verify_cost = (self.drafter.checked_verify_cost(verify_cost) if verify_cost is not None
+                            else _verify_cost_from_environment(self.drafter))
         self.idle_steps = idle_steps
         self._calls = 0
         self._by_count: dict[int, list[_Request]] = {}
@@ -161,7 +171,7 @@ class SpecdraftProposer:
         room = min(self.num_speculative_tokens, self.max_model_len - n - 1)
         if room <= 0 or request.session is None:
             return []
-        return request.session.propose()[:room]
+        return request.session.propose(verify_cost=self.verify_cost)[:room]
 
     def _close_idle(self) -> None:
         for count in list(self._by_count):
@@ -171,6 +181,18 @@ class SpecdraftProposer:
                 group.remove(request)
             if not group:
                 del self._by_count[count]
+
+
+def _verify_cost_from_environment(drafter) -> float | None:
+    from specdraft.integrations import verify_cost_setting
+
+    text = os.environ.get(VERIFY_COST_ENV, "")
+    if not text.strip():
+        return None
+    try:
+        return verify_cost_setting(text, drafter)
+    except ValueError as exc:
+        raise SpecdraftError(f"{VERIFY_COST_ENV}: {exc}") from None
 
 
 class _Request:

@@ -136,6 +136,23 @@ class Drafter:
         self.online = bool(online)
         self.online_store = OnlineStore(self.recent_lengths) if self.online else None
 
+    def checked_verify_cost(self, verify_cost) -> float:
+        """verify_cost as propose(verify_cost=) takes it, checked before any session needs it (an
+        integration's setting): a number from 0 to MAX_VERIFY_COST, on a bundle that can cut its
+        drafts (--preset default's acceptance curves); a ValueError otherwise."""
+        cost = checked_verify_cost(verify_cost)
+        self.acceptance_curves()
+        return cost
+
+    def acceptance_curves(self) -> AcceptanceCurves:
+        """How far the policy's drafts scored alike were accepted: what draft lengths and token
+        trees are chosen from (--preset default); a ValueError for a bundle without them."""
+        curves = getattr(self.policy, "curves", None)
+        if curves is None:
+            raise ValueError("token trees and draft lengths need a --preset default bundle exported by a "
+                             "specdraft that records acceptance curves")
+        return curves
+
     def forget(self) -> None:
         """Empty the online store (online=True): later sessions draft as if none had closed."""
         if self.online:
@@ -251,8 +268,8 @@ class Session:
         self._check_open()
         # the argument, and that the bundle can cut drafts, checked at every call: not only where
         # there is a draft to cut
-        cost = None if verify_cost is None else checked_verify_cost(verify_cost)
-        curves = None if cost is None else self._curves()
+        cost = None if verify_cost is None else self.drafter.checked_verify_cost(verify_cost)
+        curves = None if cost is None else self.drafter.acceptance_curves()
         candidates = self._candidates()
         picked, scores = self._scores(candidates)
         if not picked:
@@ -277,14 +294,7 @@ class Session:
         self._check_open()
         budget = positive_count("budget", budget)
         best = self._best_distinct(TREE_DRAFTS)
-        return best_tree(self._curves(), [draft for draft, _ in best], [score for _, score in best], budget)
-
-    def _curves(self) -> AcceptanceCurves:
-        curves = getattr(self.drafter.policy, "curves", None)
-        if curves is None:
-            raise ValueError("token trees and draft lengths need a --preset default bundle exported by a "
-                             "specdraft that records acceptance curves")
-        return curves
+        return best_tree(self.drafter.acceptance_curves(), [draft for draft, _ in best], [score for _, score in best], budget)
 
     def _best_distinct(self, k: int) -> list[tuple[list[int], float]]:
         """The k best distinct drafts and their scores, best first (ties in family order; of a
