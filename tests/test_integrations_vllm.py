@@ -55,6 +55,12 @@ def bundle_traces(bundle) -> list[tuple[int, list[int]]]:
     return list(zip(table.column("prompt_len").to_pylist(), table.column("tokens").to_pylist()))
 
 
+@pytest.fixture(autouse=True)
+def no_verify_cost_from_the_shell(monkeypatch):
+    """The proposers here draft in full unless a test sets SPECDRAFT_VERIFY_COST itself."""
+    monkeypatch.delenv(VERIFY_COST_ENV, raising=False)
+
+
 @pytest.fixture(scope="module")
 def drafter(bundle):
     return Drafter.load(bundle[0])
@@ -81,6 +87,7 @@ class Recording:
     def __init__(self, drafter):
         self._drafter, self.sessions = drafter, []
         self.vocab_size, self.tokenizer = drafter.vocab_size, drafter.tokenizer
+        self.verify_cost, self.checked_verify_cost = drafter.verify_cost, drafter.checked_verify_cost
 
     def start(self, prompt_ids):
         session = self._drafter.start(prompt_ids)
@@ -423,7 +430,8 @@ def test_drafts_cut_at_the_environments_verify_cost_are_a_fresh_sessions(default
 
 @pytest.mark.parametrize("value, message", [("run", "need a --preset default bundle"),
                                             ("0.5x", "a verify cost is a number from 0 to 10 or 'run'"),
-                                            ("11", "verify_cost must be a number from 0 to 10")])
+                                            ("11", "a verify cost is a number from 0 to 10 or 'run' .*not '11'"),
+                                            ("1_0", "not '1_0'"), ("-0", "not '-0'")])
 def test_a_verify_cost_the_bundle_cannot_cut_at_is_refused_when_vllm_builds_it(bundle, value, message, monkeypatch):
     monkeypatch.setenv(BUNDLE_ENV, str(bundle[0]))
     monkeypatch.setenv(VERIFY_COST_ENV, value)

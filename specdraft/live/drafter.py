@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Self
 
@@ -69,7 +69,7 @@ from specdraft.live.confidence import (
 )
 from specdraft.live.tables import ContextTable
 from specdraft.policy.confidence import feature_columns
-from specdraft.policy.draft_length import adaptive_lengths
+from specdraft.policy.draft_length import best_lengths
 from specdraft.policy.draft_trees import TREE_DRAFTS, AcceptanceCurves, TokenTree, best_tree
 from specdraft.policy.evaluate import NEAR_TIE
 
@@ -79,6 +79,7 @@ COPY, PROMPT, BACKOFF, NGRAM = (families.ORDER[name] for name in families.SEED)
 # Above this many (position, copy length) pairs a prompt's copy index is frozen in sorted arrays
 # instead of dicts (a 1M-token prompt would otherwise need 11M dict entries).
 DICT_LIMIT = 1 << 20
+LENGTH_TABLES = 16  # verify costs whose best-length tables a drafter keeps (Drafter.best_lengths)
 
 
 class Drafter:
@@ -92,6 +93,7 @@ class Drafter:
         self.policy = bundle.policy
         self.draft_len = cfg.draft_len
         self.verify_cost = cfg.verify_cost  # the run's --verify-cost: propose(verify_cost=drafter.verify_cost)
+        self._best_lengths: dict[float, tuple[np.ndarray, list[float]]] = {}  # by verify cost
         self.vocab_size = int(bundle.manifest["tokenizer"]["vocab_size"])
         self.run_id = bundle.manifest["run_id"]
         # (ctx_len, B^ctx_len mod M), longest first: the order the sources try them in
@@ -144,13 +146,29 @@ class Drafter:
         self.acceptance_curves()
         return cost
 
+    def best_lengths(self, verify_cost) -> tuple[np.ndarray, list[float]]:
+        """At verify_cost (checked as checked_verify_cost does), the table of the length to draft
+        per bin of the raw prediction and draft length (draft_length.best_lengths: what the run's
+        adaptive rows cut to), and the bins' edges; made once per cost."""
+        cost = self.checked_verify_cost(verify_cost)
+        made = self._best_lengths.get(cost)
+        if made is None:
+            if len(self._best_lengths) >= LENGTH_TABLES:
+                self._best_lengths.clear()
+            curves = self.acceptance_curves()
+            made = self._best_lengths[cost] = (best_lengths(curves, cost), curves.edges.tolist())
+        return made
+
     def acceptance_curves(self) -> AcceptanceCurves:
         """How far the policy's drafts scored alike were accepted: what draft lengths and token
         trees are chosen from (--preset default); a ValueError for a bundle without them."""
-        curves = getattr(self.policy, "curves", None)
+        confident = isinstance(self.policy, ConfidenceChoice)
+        curves = self.policy.curves if confident else None
         if curves is None:
-            raise ValueError("token trees and draft lengths need a --preset default bundle exported by a "
-                             "specdraft that records acceptance curves")
+            raise ValueError("token trees and draft lengths need a --preset default bundle whose run recorded "
+                             "acceptance curves; this one's run came before them: run it again and export it"
+                             if confident else "token trees and draft lengths need a --preset default bundle; "
+                             f"this one's run used --preset {self.config.preset}")
         return curves
 
     def forget(self) -> None:
@@ -268,18 +286,17 @@ class Session:
         self._check_open()
         # the argument, and that the bundle can cut drafts, checked at every call: not only where
         # there is a draft to cut
-        cost = None if verify_cost is None else self.drafter.checked_verify_cost(verify_cost)
-        curves = None if cost is None else self.drafter.acceptance_curves()
+        lengths = None if verify_cost is None else self.drafter.best_lengths(verify_cost)
         candidates = self._candidates()
         picked, scores = self._scores(candidates)
         if not picked:
             return []
         best = first_best(scores)
         draft = list(candidates[picked[best]].draft)
-        if curves is None:
+        if lengths is None:
             return draft
-        length = adaptive_lengths(curves, np.array([scores[best]]), np.array([len(draft)]), cost)
-        return draft[: int(length[0])]
+        table, edges = lengths
+        return draft[: int(table[bisect_right(edges, scores[best]), min(len(draft), table.shape[1] - 1)])]
 
     def propose_many(self, k: int) -> list[list[int]]:
         """The k best distinct drafts at the current position, best first (ties in family order)."""

@@ -10,7 +10,8 @@ Policies, all drafting the policy's chosen draft cut to its length:
 - fixed_<n>: n tokens (fewer where the draft is shorter; fixed_16 is the every-position draft);
 - adaptive: at each step the length that maximises (1 + E[accepted]) / (1 + c * d), with
   E[accepted | d] = sum over j <= d of the chance of j accepted tokens (the acceptance curves of
-  draft_trees.py, read at the draft's raw prediction); 0 where no length pays. It depends on c.
+  draft_trees.py, read at the draft's raw prediction); 0 where no length pays, the longest of
+  equally good lengths (at c = 0, the whole draft). It depends on c.
 """
 
 from __future__ import annotations
@@ -25,12 +26,26 @@ VERIFY_COSTS = (0.0, 0.01, 0.02, 0.05, 0.1)
 
 def adaptive_lengths(curves: AcceptanceCurves, raw: np.ndarray, lengths: np.ndarray, cost: float) -> np.ndarray:
     """Per position, the draft length (0 .. its draft's length) of the best expected speedup."""
-    expected = np.cumsum(curves.chances(raw), axis=1)  # E[accepted] for d = 1 .. draft_len
-    width = expected.shape[1]
+    table = best_lengths(curves, cost)
+    return table[curves.bins(raw), np.minimum(lengths, table.shape[1] - 1)]
+
+
+def best_lengths(curves: AcceptanceCurves, cost: float) -> np.ndarray:
+    """(bins, draft_len + 1): the best length to draft for a draft of each length (column) whose raw
+    prediction lies in each bin of the curves; what adaptive_lengths reads, and the live drafter
+    once per cost (a lookup a propose, not this arithmetic)."""
+    expected = np.cumsum(curves.survival, axis=1)  # E[accepted] for d = 1 .. draft_len
+    bins, width = expected.shape
     drafted = np.arange(width + 1)
-    gain = np.concatenate([np.ones((len(raw), 1)), 1.0 + expected], axis=1) / (1.0 + cost * drafted)[None, :]
-    gain[drafted[None, :] > np.asarray(lengths)[:, None]] = -np.inf
-    return np.argmax(gain, axis=1)  # the first best: the shortest of equal gains
+    gain = np.concatenate([np.ones((bins, 1)), 1.0 + expected], axis=1) / (1.0 + cost * drafted)[None, :]
+    table = np.empty((bins, width + 1), dtype=np.int64)
+    for most in drafted:
+        # the longest of equal gains: at c = 0 a drafted token costs nothing, so the whole draft
+        # (the curves are flat past the depths calibration saw accepted, and the shortest of equal
+        # gains cut drafts that would have been accepted further); at c > 0 a longer draft of the
+        # same expected acceptance gains less, so only c = 0 ties
+        table[:, most] = most - np.argmax(gain[:, most::-1], axis=1)
+    return table
 
 
 def walk(accepted: np.ndarray, drafted: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -67,7 +67,11 @@ class AcceptanceCurves:
 
     def chances(self, raw: np.ndarray) -> np.ndarray:
         """(n, draft_len): each draft's chance of being accepted to at least 1, 2, ... tokens."""
-        return self.survival[np.searchsorted(self.edges, np.asarray(raw, dtype=np.float64), side="right")]
+        return self.survival[self.bins(raw)]
+
+    def bins(self, raw: np.ndarray) -> np.ndarray:
+        """The bin of each raw prediction (a row of survival)."""
+        return np.searchsorted(self.edges, np.asarray(raw, dtype=np.float64), side="right")
 
     def to_dict(self) -> dict:
         return {"edges": self.edges.tolist(), "survival": self.survival.tolist()}
