@@ -585,11 +585,13 @@ def replay(run_id, bundle, warehouse, fmt, debug) -> None:
 
     Each trace is started with its prompt, then at every response position the drafter proposes
     and is extended by the true next token, as a decoder would call it; a second walk takes the
-    decode steps (each session given the prompt's text, as the run read it). Fails (exit 1)
+    decode steps (each session given the prompt's text, as the run read it), and for a --preset
+    default bundle a third takes them with drafts cut at the run's --verify-cost. Fails (exit 1)
     where the live drafter is not the run's. Prints the share of positions where the live draft
-    equals the run's chosen draft, accepted tokens per position beside the run's, the latency of
-    propose and extend, the
-    bundle's size, its load time and the process's memory once loaded.
+    equals the run's chosen draft, accepted tokens per position beside the run's, the cut
+    drafts' tokens drafted and accepted per step and expected speedup beside the run's draft
+    length row, the latency of propose and extend, the bundle's size, its load time and the
+    process's memory once loaded.
     """
     import json
 
@@ -599,7 +601,8 @@ def replay(run_id, bundle, warehouse, fmt, debug) -> None:
     result = run_replay(Path(warehouse), run_id, Path(bundle))
     click.echo(json.dumps(result, indent=2) if fmt == "json" else format_replay(result))
     differ = result["positions"] - result["exact_positions"]
-    walks = [name.replace("_", " ") for name in ("every_position", "decode_step") if not result[name]["equal"]]
+    walks = [name.replace("_", " ") for name in ("every_position", "decode_step", "cut_decode_step")
+             if result[name] is not None and not result[name]["equal"]]
     if differ or walks:  # after the table, which shows them: the bundle is not the drafter measured
         raise SpecdraftError("the live drafter is not the run's: "
                              + "; ".join([f"its draft differs at {differ} positions"] * bool(differ)

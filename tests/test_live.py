@@ -633,11 +633,34 @@ def test_the_replay_command_prints_its_figures(built):
     runner = CliRunner()
     table = runner.invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle")])
     assert table.exit_code == 0, table.output
-    assert "(100.0000%)" in table.output and table.output.count("  yes") == 2
+    default = built[1]["preset"] == "default"  # its drafts are also walked cut at the run's --verify-cost
+    assert "(100.0000%)" in table.output and table.output.count("  yes") == 2 + default
     out = runner.invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle"),
                                "--format", "json"])
     figures = json.loads(out.output)
     assert figures["exact_share"] == 1.0 and figures["latency_us"]["propose"]["calls"] == figures["positions"]
+    cut = figures["cut_decode_step"]
+    if not default:
+        assert cut is None
+        return
+    run_row = built[1]["draft_length"]["adaptive"][str(built[1]["config"]["verify_cost"])]
+    assert cut["equal"] and cut["live"] == cut["run"] and cut["run"]["steps"] == run_row["steps"]
+    assert 0 < cut["live"]["drafted_per_step"] < 16 and f"cut at verify cost {cut['verify_cost']:g}" in table.output
+
+
+def test_replay_fails_where_the_cut_drafts_are_not_the_runs(default_built, monkeypatch):
+    """The third walk, drafts cut at the run's --verify-cost, is checked like the other two."""
+    root, _ = default_built
+    honest = live_replay.cut_walk
+
+    def one_more_drafted(*args):
+        drafted, accepted = honest(*args)
+        return drafted + 1, accepted
+
+    monkeypatch.setattr(live_replay, "cut_walk", one_more_drafted)
+    result = CliRunner().invoke(main, ["replay", "--warehouse", str(root / "warehouse"), "--bundle", str(root / "bundle")])
+    assert result.exit_code == 1 and "  NO" in result.stdout
+    assert result.stderr.strip() == "specdraft: error: the live drafter is not the run's: its cut decode step figures differ"
 
 
 def test_replay_refuses_another_runs_bundle(built, tmp_path):

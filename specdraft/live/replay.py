@@ -6,7 +6,10 @@ Two walks over every eval trace, each session started with the trace's prompt:
   live draft is compared with the run's chosen draft there (eval_positions and candidates), and
   propose and extend are timed;
 - decode step: propose, accept the draft's matching prefix, extend by it and the next true token
-  (by draft_len tokens after a full draft), as the run's decode-step metric walks.
+  (by draft_len tokens after a full draft), as the run's decode-step metric walks;
+- cut (--preset default bundles): the decode walk of propose(verify_cost=c) at the run's
+  --verify-cost, a + 1 tokens a step, as the run's draft_length "adaptive" row at c walks: its
+  tokens drafted and accepted per step and expected speedup, set beside that row's.
 
 Both give accepted tokens per position, set beside the run's results; the bundle's size on disk,
 its load time and the process's resident memory once it is loaded are measured too.
@@ -58,6 +61,13 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
     decode = decode_step(drafter, prompts, tokens, prompt_texts)
     draft_len = drafter.draft_len
     live_every, live_decode = summarize(walk["accepted"], draft_len), summarize(decode, draft_len)
+    cut = None
+    run_lengths = results.get("draft_length")
+    if run_lengths and getattr(drafter.policy, "curves", None) is not None:
+        cost = run_lengths["chosen"]["verify_cost"]
+        drafter.forget()
+        cut = _cut_beside(cut_walk(drafter, prompts, tokens, cost, prompt_texts), run_lengths["adaptive"][str(cost)],
+                          cost)
     return {
         "run_id": results["run_id"],
         "bundle": str(bundle),
@@ -72,6 +82,7 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
         "mismatches": walk["mismatches"],
         "every_position": _beside(live_every, results["selected"]),
         "decode_step": _beside(live_decode, results["decode_step"]),
+        "cut_decode_step": cut,
         "latency_us": {name: _percentiles(walk[name]) for name in ("start", "propose", "extend")},
     }
 
@@ -153,6 +164,42 @@ def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]],
     return np.array(values, dtype=np.int64)
 
 
+def cut_walk(drafter: Drafter, prompts: list[int], tokens: list[list[int]], cost: float,
+             prompt_texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The decode walk of drafts cut at `cost` (propose(verify_cost=cost)), a + 1 tokens a step as
+    policy/draft_length.py's walk moves: (drafted, accepted) per step."""
+    draft_len = drafter.draft_len
+    drafted, accepted = [], []
+    for i, (prompt_len, trace) in enumerate(zip(prompts, tokens)):
+        session = drafter.start(trace[:prompt_len], None if prompt_texts is None else prompt_texts[i])
+        pos = prompt_len
+        while pos < len(trace):
+            draft = session.propose(verify_cost=cost)
+            a = accepted_prefix(draft, trace[pos : pos + draft_len], draft_len)
+            drafted.append(len(draft))
+            accepted.append(a)
+            session.extend(trace[pos : pos + a + 1])
+            pos += a + 1
+        session.close()
+    return np.array(drafted, dtype=np.int64), np.array(accepted, dtype=np.int64)
+
+
+def _cut_beside(walk: tuple[np.ndarray, np.ndarray], run: dict, cost: float) -> dict:
+    """The live cut walk beside the run's adaptive row at the same cost (draft_length._summary's
+    figures, computed the same way from the same steps when the drafts are the run's)."""
+    drafted, accepted = walk
+    steps = len(drafted)
+    live = {
+        "steps": steps,
+        "drafted_per_step": float(drafted.mean()) if steps else 0.0,
+        "accepted_per_step": float(accepted.mean()) if steps else 0.0,
+        "speedup": float(((1 + accepted) / (1 + cost * drafted)).mean()) if steps else 1.0,
+    }
+    recorded = {"steps": run["steps"], "drafted_per_step": run["drafted_per_step"],
+                "accepted_per_step": run["accepted_per_step"], "speedup": run["speedup_at_its_cost"]}
+    return {"verify_cost": cost, "live": live, "run": recorded, "equal": live == recorded}
+
+
 def _beside(live: dict, run: dict) -> dict:
     return {
         "positions": live["positions"],
@@ -183,6 +230,15 @@ def format_replay(result: dict) -> str:
         row = result[name]
         lines.append(f"{name.replace('_', ' '):<24}{row['positions']:>10,}{row['live']:>12.6f}{row['run']:>12.6f}  "
                      f"{'yes' if row['equal'] else 'NO'}")
+    cut = result.get("cut_decode_step")
+    if cut:
+        title = f"cut at verify cost {cut['verify_cost']:g}"
+        lines += ["", f"{title:<24}{'steps':>10}{'drafted':>10}{'accepted':>10}{'speedup':>10}  equal"]
+        for who in ("live", "run"):
+            row = cut[who]
+            lines.append(f"{'  ' + who:<24}{row['steps']:>10,}{row['drafted_per_step']:>10.4f}"
+                         f"{row['accepted_per_step']:>10.4f}{row['speedup']:>10.4f}"
+                         + (f"  {'yes' if cut['equal'] else 'NO'}" if who == "run" else ""))
     lines += ["", f"{'latency (us)':<24}{'calls':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
     for name, row in result["latency_us"].items():
         if row["calls"]:
