@@ -42,13 +42,17 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """The bundle of a --preset seed run of the parity fixture (as tests/test_live.py's `built`)."""
-    root = tmp_path_factory.mktemp("hf")
-    run_all(SEED, root / "warehouse", str(FIXTURE), "unused")
+def fixture_bundle(root: Path, cfg) -> Path:
+    """The bundle of a run of the parity fixture under `root` (as tests/test_live.py's `built`)."""
+    run_all(cfg, root / "warehouse", str(FIXTURE), "unused")
     export_bundle(root / "warehouse", None, root / "bundle")
     return root / "bundle"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A --preset seed run's bundle."""
+    return fixture_bundle(tmp_path_factory.mktemp("hf"), SEED)
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +62,8 @@ def drafter(bundle) -> Drafter:
 
 @pytest.fixture(scope="module")
 def default_bundle(tmp_path_factory) -> Path:
-    """The bundle of a --preset default run of the parity fixture: its drafts can be cut to a length."""
-    root = tmp_path_factory.mktemp("hf-default")
-    run_all(DEFAULT, root / "warehouse", str(FIXTURE), "unused")
-    export_bundle(root / "warehouse", None, root / "bundle")
-    return root / "bundle"
+    """A --preset default run's bundle: its drafts can be cut to a length."""
+    return fixture_bundle(tmp_path_factory.mktemp("hf-default"), DEFAULT)
 
 
 @pytest.fixture(scope="module")

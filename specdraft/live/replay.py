@@ -25,6 +25,7 @@ import numpy as np
 from specdraft.errors import SpecdraftError
 from specdraft.live.drafter import Drafter
 from specdraft.measure.timer import current_rss_bytes
+from specdraft.policy.draft_length import walk_summary
 from specdraft.policy.evaluate import accepted_prefix
 from specdraft.report.results import summarize
 
@@ -185,18 +186,12 @@ def cut_walk(drafter: Drafter, prompts: list[int], tokens: list[list[int]], cost
 
 
 def _cut_beside(walk: tuple[np.ndarray, np.ndarray], run: dict, cost: float) -> dict:
-    """The live cut walk beside the run's adaptive row at the same cost (draft_length._summary's
-    figures, computed the same way from the same steps when the drafts are the run's)."""
-    drafted, accepted = walk
-    steps = len(drafted)
-    live = {
-        "steps": steps,
-        "drafted_per_step": float(drafted.mean()) if steps else 0.0,
-        "accepted_per_step": float(accepted.mean()) if steps else 0.0,
-        "speedup": float(((1 + accepted) / (1 + cost * drafted)).mean()) if steps else 1.0,
-    }
-    recorded = {"steps": run["steps"], "drafted_per_step": run["drafted_per_step"],
-                "accepted_per_step": run["accepted_per_step"], "speedup": run["speedup_at_its_cost"]}
+    """The live cut walk beside the run's adaptive row at the same cost, both as
+    draft_length.walk_summary gives them (the same figures from the same steps)."""
+    mine = walk_summary(*walk, (cost,))
+    live, recorded = ({"steps": row["steps"], "drafted_per_step": row["drafted_per_step"],
+                       "accepted_per_step": row["accepted_per_step"], "speedup": row["speedup"][str(cost)]}
+                      for row in (mine, run))
     return {"verify_cost": cost, "live": live, "run": recorded, "equal": live == recorded}
 
 

@@ -59,7 +59,9 @@ def walk(accepted: np.ndarray, drafted: np.ndarray, offsets: np.ndarray) -> tupl
     return drafted[steps].astype(np.int64), accepted[steps].astype(np.int64)
 
 
-def _summary(drafted: np.ndarray, accepted: np.ndarray, costs: tuple[float, ...]) -> dict:
+def walk_summary(drafted: np.ndarray, accepted: np.ndarray, costs: tuple[float, ...]) -> dict:
+    """A decode walk's (drafted, accepted) per step as a draft_length row: steps, tokens drafted and
+    accepted per step, and the expected speedup at each cost (replay sets a live walk's beside)."""
     steps = len(drafted)
     return {
         "steps": steps,
@@ -79,10 +81,10 @@ def length_study(curves: AcceptanceCurves, accepted: np.ndarray, raw: np.ndarray
     costs = tuple(sorted({*costs, float(verify_cost)}))
     table = {}
     for n in range(1, curves.survival.shape[1] + 1):
-        table[f"fixed_{n}"] = _summary(*walk(accepted, np.minimum(lengths, n), offsets), costs)
+        table[f"fixed_{n}"] = walk_summary(*walk(accepted, np.minimum(lengths, n), offsets), costs)
     adaptive = {}
     for c in costs:
-        summary = _summary(*walk(accepted, adaptive_lengths(curves, raw, lengths, c), offsets), costs)
+        summary = walk_summary(*walk(accepted, adaptive_lengths(curves, raw, lengths, c), offsets), costs)
         adaptive[str(c)] = {**summary, "speedup_at_its_cost": summary["speedup"][str(c)]}
     at = str(float(verify_cost))
     best = max(table, key=lambda name: table[name]["speedup"][at])  # the first (shortest) best
