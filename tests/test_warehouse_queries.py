@@ -210,16 +210,48 @@ def test_read_only_handles_refuse_statements_that_write_files(warehouse, tmp_pat
 
     traces = sorted((warehouse / "traces").glob("*.parquet"))
     before = [path.read_bytes() for path in traces]
-    statements = [f"copy (select 1 as x) to '{traces[0]}' (format parquet)",
-                  f"export database '{tmp_path / 'exported'}'"]
+    copy = f"copy (select 1 as x) to '{traces[0]}' (format parquet)"
+    # the last three got past the check (a helper's review): EXPLAIN ANALYZE runs the COPY it
+    # explains, a prepared COPY runs at EXECUTE, and ATTACH opened the readers' snapshot writable
+    statements = {copy: "COPY", f"export database '{tmp_path / 'exported'}'": "EXPORT",
+                  f"/* mine */ explain analyze {copy}": "COPY", f"prepare p as {copy}; execute p": "PREPARE",
+                  f"attach '{warehouse / 'specdraft.snapshot.duckdb'}' as snap (read_only false)": "ATTACH"}
     with specdraft.open(warehouse) as wh:
-        for statement in statements:
-            with pytest.raises(SpecdraftError, match="writes files; the warehouse is open read-only"):
+        for statement, kind in statements.items():
+            with pytest.raises(SpecdraftError, match=f"{kind} writes files or databases.*open read-only"):
                 wh.sql(statement)
-    for statement in statements:
+    for statement, kind in statements.items():
         result = CliRunner().invoke(main, ["sql", statement, "--warehouse", str(warehouse)])
-        assert result.exit_code == 1 and "writes files" in result.stderr, result.stderr
+        assert result.exit_code == 1 and f"{kind} writes files" in result.stderr, result.stderr
     assert [path.read_bytes() for path in traces] == before and not (tmp_path / "exported").exists()
+    with specdraft.open(warehouse) as wh:  # what explains without running still runs
+        assert wh.sql("explain select 1 as x").height == 1 and wh.sql("explain analyze select 1 as x").height == 1
+
+
+def test_sql_write_is_all_or_nothing(warehouse, tmp_path):
+    """`specdraft sql --write` with several statements: one that failed left the ones before it
+    done (a helper's review: `delete from main.runs; select error('boom')` emptied the runs)."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+
+    copy = tmp_path / "warehouse"
+    shutil.copytree(warehouse, copy)
+
+    def sql(*args):
+        return CliRunner().invoke(main, ["sql", "--warehouse", str(copy), "--format", "csv", *args])
+
+    runs = sql("select count(*) as n from main.runs").stdout
+    failed = sql("--write", "delete from main.runs; create table mine as select 1 as x; select error('boom')")
+    assert failed.exit_code == 1 and "boom" in failed.stderr
+    assert sql("select count(*) as n from main.runs").stdout == runs != "n\n0\n"
+    assert "mine" in sql("select * from mine").stderr  # (no such table)
+    done = sql("--write", "create table mine as select 1 as x; insert into mine values (2); select * from mine")
+    assert done.exit_code == 0 and done.stdout == "x\n1\n2\n"
+    own = sql("--write", "begin; insert into mine values (3); commit")  # its own transaction, as given
+    assert own.exit_code == 0 and sql("select count(*) as n from mine").stdout == "n\n3\n"
 
 
 def test_notebook_errors_are_specdraft_errors_whenever_they_arise(warehouse):
@@ -394,6 +426,29 @@ def test_sql_shows_nested_and_interval_columns_as_text_where_the_format_cannot_h
     out = tmp_path / "q.parquet"
     assert CliRunner().invoke(main, [*base, "--format", "parquet", "-o", str(out), query]).exit_code == 0
     assert pl.read_parquet(out)["draft"].to_list() == [draft]  # a list where the format holds one
+
+
+def test_bytes_and_intervals_are_text_where_the_output_cannot_hold_them(warehouse):
+    """The vocab's token bytes (BLOB) failed CSV and JSON with a polars traceback (a Rust panic for
+    JSON), and an interval failed specdraft.open's sql() (a helper's review): DuckDB's text of them."""
+    import json
+
+    import pyarrow as pa
+    from click.testing import CliRunner
+
+    import specdraft
+    from specdraft.cli import main
+
+    query = "select token_id, bytes, interval 2 day as waited from vocab where token_id in (0, 94) order by token_id"
+    base = ["sql", "--warehouse", str(warehouse), "--dataset", "qwen_side", query]
+    csv = CliRunner().invoke(main, [*base, "--format", "csv"], catch_exceptions=False)
+    assert csv.exit_code == 0 and csv.stdout.splitlines() == ["token_id,bytes,waited", "0,!,2 days", "94,\\xA1,2 days"]
+    as_json = CliRunner().invoke(main, [*base, "--format", "json"], catch_exceptions=False)
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)[1] == {"token_id": 94, "bytes": "\\xA1",
+                                                                        "waited": "2 days"}
+    with specdraft.open(warehouse, dataset="qwen_side") as wh:
+        assert wh.sql(query)["waited"].to_list() == ["2 days", "2 days"]
+        assert wh.arrow(query).column("waited").type.equals(pa.month_day_nano_interval())  # Arrow holds them
 
 
 def test_open_gives_a_read_only_notebook_handle(warehouse):

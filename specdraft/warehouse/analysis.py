@@ -23,16 +23,17 @@ def default_dataset(wh: Warehouse) -> str | None:
     return rows[0][0] if rows else None
 
 
-# DuckDB types polars cannot take (intervals), and those CSV cannot hold (nested values): such
-# columns are shown as DuckDB's own text of them, [1, 2] or 3 days
+# DuckDB types polars cannot take (intervals), and those an output format cannot hold (CSV: nested
+# values and bytes; JSON: bytes, which polars' writers refused with a traceback): such columns are
+# shown as DuckDB's own text of them, [1, 2], 3 days or \xE6\xB1
 NOT_IN_POLARS = ("interval",)
-NOT_IN_CSV = ("list", "array", "struct", "map", "union")
+NOT_IN_FORMAT = {"csv": ("list", "array", "struct", "map", "union", "blob"), "json": ("blob",)}
 
 
 def as_text_where_needed(relation, fmt: str):
-    """The query's result with the columns the output cannot hold cast to VARCHAR (the rest as
-    they are); the relation itself when there are none."""
-    unfit = NOT_IN_POLARS + (NOT_IN_CSV if fmt == "csv" else ())
+    """The query's result with the columns the output (fmt: table, csv, json, parquet) cannot hold
+    cast to VARCHAR (the rest as they are); the relation itself when there are none."""
+    unfit = NOT_IN_POLARS + NOT_IN_FORMAT.get(fmt, ())
     types = [column_type.id for column_type in relation.types]
     if not any(type_id in unfit for type_id in types):
         return relation

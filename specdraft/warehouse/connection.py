@@ -135,10 +135,14 @@ def quote_identifier(name: str) -> str:
     return f'"{name}"'
 
 
-# Statements that write files outside the database (COPY ... TO, EXPORT DATABASE, COPY FROM
-# DATABASE), which a read-only connection would run
-FILE_WRITING_STATEMENTS = (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT,
-                           duckdb.StatementType.COPY_DATABASE)
+# Statements a read-only connection would still run that write outside the database file (COPY
+# ... TO, EXPORT DATABASE, COPY FROM DATABASE) or could: ATTACH opens another database writable
+# (the readers' snapshot among them), and PREPARE / EXECUTE run a statement not checked here.
+# EXPLAIN ANALYZE runs the statement it explains, which is checked in turn (read_only_refusal).
+READ_ONLY_REFUSED = (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT, duckdb.StatementType.COPY_DATABASE,
+                     duckdb.StatementType.ATTACH, duckdb.StatementType.DETACH, duckdb.StatementType.PREPARE,
+                     duckdb.StatementType.EXECUTE)
+_ANALYZED = re.compile(r"\banaly[sz]e\b(.*)", re.IGNORECASE | re.DOTALL)
 # Schema names a dataset cannot take: the warehouse's catalog (runs, datasets) is in main, and
 # DuckDB's own names would be ambiguous (temp) or refused (system); the database's own name too.
 RESERVED_SCHEMAS = ("main", "temp", "system", "information_schema", "pg_catalog", Path(DB_FILE).stem)
@@ -155,6 +159,29 @@ def check_dataset_name(name: str) -> str:
         raise SpecdraftError(f"dataset name {name!r} is reserved (the warehouse's catalog or DuckDB's own: "
                              f"{', '.join(RESERVED_SCHEMAS)}); choose another with --name")
     return name
+
+
+def read_only_refusal(text: str) -> str | None:
+    """The type of the first statement of `text` that a read-only warehouse refuses
+    (READ_ONLY_REFUSED), or None.
+
+    >>> read_only_refusal("select 1; /* x */ explain analyze copy (select 1) to 'x.csv'")
+    'COPY'
+    >>> read_only_refusal("explain select 1"), read_only_refusal("explain analyze select 1")
+    (None, None)
+    """
+    for statement in duckdb.extract_statements(text):
+        if statement.type in READ_ONLY_REFUSED:
+            return statement.type.name
+        analyzed = _ANALYZED.search(statement.query) if statement.type == duckdb.StatementType.EXPLAIN else None
+        if analyzed:
+            try:
+                inner = read_only_refusal(analyzed.group(1))
+            except duckdb.Error:  # not an EXPLAIN ANALYZE this can read: not run
+                inner = statement.type.name
+            if inner:
+                return inner
+    return None
 
 
 def fetched(fetch: Callable[[], Any]) -> Any:
@@ -460,13 +487,33 @@ class Warehouse:
 
         def run():
             if self.read_only:
-                writes = [s.type.name for s in duckdb.extract_statements(text) if s.type in FILE_WRITING_STATEMENTS]
-                if writes:
-                    raise SpecdraftError(f"{writes[0]} writes files; the warehouse is open read-only "
-                                         "(`specdraft sql --write` may write)")
-            return self.con.sql(text, params=params)
+                refused = read_only_refusal(text)
+                if refused:
+                    raise SpecdraftError(f"{refused} writes files or databases, or runs a statement unchecked; the "
+                                         "warehouse is open read-only (`specdraft sql --write` may write)")
+                return self.con.sql(text, params=params)
+            return self._run_all_or_nothing(text, params)
 
         return fetched(run)
+
+    def _run_all_or_nothing(self, text: str, params):
+        """Writable SQL text (`specdraft sql --write`) in one transaction: a statement that fails
+        leaves the warehouse as it was, not with the statements before it done. Text that handles
+        its own transactions (BEGIN, COMMIT) runs as given."""
+        statements = duckdb.extract_statements(text)
+        if any(s.type == duckdb.StatementType.TRANSACTION for s in statements):
+            return self.con.sql(text, params=params)
+        self.con.execute("begin transaction")
+        try:
+            for statement in statements[:-1]:
+                self.con.execute(statement)
+            relation = self.con.sql(statements[-1].query, params=params) if statements else None
+            rows = None if relation is None else relation.to_arrow_table()  # (read inside the transaction)
+        except BaseException:
+            self.con.execute("rollback")
+            raise
+        self.con.execute("commit")
+        return None if rows is None else self.con.from_arrow(rows)
 
     def materialize(
         self,

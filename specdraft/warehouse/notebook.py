@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from specdraft.errors import SpecdraftError
-from specdraft.warehouse.analysis import default_dataset
+from specdraft.warehouse.analysis import as_text_where_needed, default_dataset
 from specdraft.warehouse.connection import Warehouse, fetched
 
 RUN_COLUMNS = ("run_id", "created_at", "dataset", "preset", "tokenizer", "selected_avg_accepted",
@@ -50,7 +50,8 @@ class WarehouseReader:
     def sql(self, query: str, params: list | dict | None = None):
         """The query's rows as a polars DataFrame."""
         with self._open(self.dataset) as wh:
-            return fetched(lambda: self._relation(wh, query, params).pl())
+            # intervals, which polars cannot take, as `specdraft sql` shows them (Arrow keeps them)
+            return fetched(lambda: as_text_where_needed(self._relation(wh, query, params), "table").pl())
 
     def arrow(self, query: str, params: list | dict | None = None):
         """The query's rows as a pyarrow Table."""
