@@ -100,6 +100,23 @@ def test_a_dataset_name_the_warehouse_or_duckdb_holds_is_refused(tmp_path, name)
     assert not list((tmp_path / "wh" / "traces").iterdir())
 
 
+def test_a_dataset_name_that_differs_from_anothers_in_case_only_is_refused(tmp_path):
+    """DuckDB's schema names ignore case: `--name Tiny` beside a dataset `tiny` wrote its traces'
+    tables into tiny's schema (a helper's review: parity_traces' 60 selected traces became the
+    other dataset's 300) and made the catalog's latest dataset one no query could open."""
+    data = _mini_traces(tmp_path)
+    base = ["run", "--preset", "seed", "--data", str(data), "--warehouse", str(tmp_path / "wh")]
+    tables = ["sql", "--warehouse", str(tmp_path / "wh"), "--dataset", "tiny", "--format", "csv",
+              "select count(*) as n, max(trace_id) as last from selected_traces"]
+    assert run([*base, "--name", "tiny"]).exit_code == 0
+    before = run(tables).stdout
+    result = run([*base, "--name", "Tiny", "--train-limit", "2"])
+    assert result.exit_code == 1 and "dataset 'Tiny' would share its tables with dataset 'tiny'" in result.stderr
+    assert run(tables).stdout == before and before.startswith("n,last\n")
+    assert sorted(p.name for p in (tmp_path / "wh" / "traces").iterdir()) == ["tiny.parquet"]
+    assert run([*base, "--name", "tiny"]).exit_code == 0  # its own name still runs
+
+
 def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(tmp_path):
     """A file where a directory must be is a usage error; a path under a file (which the system
     refuses) is one line naming it; either before anything is written, not after the run (--out

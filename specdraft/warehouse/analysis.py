@@ -50,7 +50,7 @@ def run_query(warehouse: Path, text: str, fmt: str = "table", output: Path | Non
         name = dataset or default_dataset(wh)
         if name:
             wh.use_dataset(name)
-        relation = wh.run_text(text)
+        relation = wh.run_text(text, all_or_nothing=write)  # (outside any transaction: its own)
         if relation is None:  # a statement without a result (with --write)
             return
         frame = fetched(lambda: as_text_where_needed(relation, fmt).pl())

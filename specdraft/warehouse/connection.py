@@ -230,6 +230,15 @@ class Warehouse:
             if holder:
                 raise SpecdraftError(f"{self.root}: warehouse is busy ({holder})") from exc
             raise SpecdraftError(f"{db_path}: warehouse is unreadable ({first_line(exc)})") from exc
+        try:
+            self._set_up()
+        except BaseException:  # (a dataset refused, say): the connection and the lock go with it
+            self.close()
+            raise
+
+    def _set_up(self) -> None:
+        """The new connection's settings, and the dataset's schema current (__post_init__)."""
+        db_path = self.root / DB_FILE
         if not self.read_only:
             self.con.execute("set temp_directory = ?", [str(self.root / "tmp")])
             for stale in (self.root / "tmp").glob(f"*{SPILL_SUFFIX}"):  # a killed writer's (this one holds the lock)
@@ -319,6 +328,13 @@ class Warehouse:
         """Make `name`'s schema the current one: unqualified table names resolve (and are created) there."""
         schema = quote_identifier(check_dataset_name(name))
         if not self.read_only:
+            twin = self.con.execute(
+                "select schema_name from information_schema.schemata where catalog_name = current_database() "
+                "and lower(schema_name) = lower(?) and schema_name <> ?", [name, name]).fetchall()
+            if twin:  # DuckDB's names ignore case: the two would be one schema, one dataset's tables the other's
+                raise SpecdraftError(f"dataset {name!r} would share its tables with dataset {twin[0][0]!r} (the "
+                                     "warehouse's names ignore case): use that name, or one that differs in more "
+                                     "than case")
             self.con.execute(f"create schema if not exists {schema}")
         elif not self.has_schema(name):
             raise SpecdraftError(f"{self.root / DB_FILE}: no dataset {name!r} in this warehouse")
@@ -477,11 +493,12 @@ class Warehouse:
             f"{type(exc).__name__}: {exc}"
         )
 
-    def run_text(self, text: str, params: list | dict | None = None):
+    def run_text(self, text: str, params: list | dict | None = None, all_or_nothing: bool = False):
         """SQL text as given, with optional bound parameters: an analyst's own (`specdraft sql`), or
         a test's. The relation (run when read), None for a statement without a result. The only SQL
         run here that is not a sql/ file. Read-only, statements that write files are refused too:
-        DuckDB's read-only mode guards the database file, not a COPY over the traces Parquet."""
+        DuckDB's read-only mode guards the database file, not a COPY over the traces Parquet.
+        all_or_nothing (writable, outside any transaction): the statements in one transaction."""
         if params is not None and not isinstance(params, list | tuple | dict):
             raise SpecdraftError(f"query parameters must be a list, tuple or dict, not {type(params).__name__}")
 
@@ -492,7 +509,7 @@ class Warehouse:
                     raise SpecdraftError(f"{refused} writes files or databases, or runs a statement unchecked; the "
                                          "warehouse is open read-only (`specdraft sql --write` may write)")
                 return self.con.sql(text, params=params)
-            return self._run_all_or_nothing(text, params)
+            return self._run_all_or_nothing(text, params) if all_or_nothing else self.con.sql(text, params=params)
 
         return fetched(run)
 
