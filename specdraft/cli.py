@@ -156,6 +156,9 @@ def handle_errors(func):
         debug = kwargs.get("debug", False)
         logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
                             format="%(name)s: %(message)s")
+        # py4j (--engine spark) logs each call to a JVM that went away, or that Ctrl-C cut off, as a
+        # traceback of its own before specdraft's one line says what happened
+        logging.getLogger("py4j").setLevel(logging.DEBUG if debug else logging.CRITICAL)
         try:
             return func(*args, **kwargs)
         except SpecdraftError as exc:

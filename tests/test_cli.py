@@ -117,6 +117,14 @@ def test_a_dataset_name_that_differs_from_anothers_in_case_only_is_refused(tmp_p
     assert run([*base, "--name", "tiny"]).exit_code == 0  # its own name still runs
 
 
+def test_a_warehouse_path_with_a_question_mark_is_refused_before_anything_is_made(tmp_path):
+    """DuckDB reads what follows a '?' in a database path as options: a run there failed with a
+    traceback from DuckDB's write-ahead log, under either engine (a helper's review)."""
+    result = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(tmp_path / "q?x")])
+    assert result.exit_code == 1 and "a warehouse path cannot hold '?'" in result.stderr, result.stderr
+    assert not (tmp_path / "q?x").exists()
+
+
 def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(tmp_path):
     """A file where a directory must be is a usage error; a path under a file (which the system
     refuses) is one line naming it; either before anything is written, not after the run (--out
@@ -219,6 +227,28 @@ def _mini_traces(tmp_path):
     rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
              ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
     return write_text_traces(tmp_path / "mini.parquet", rows)
+
+
+def test_eval_position_drafts_shows_only_the_runs_that_chose_from_the_candidates_held(tmp_path):
+    """The view joined every run's choices with the candidates of the latest build: after a run
+    with another --draft-len, the first run's chosen source stood beside a draft of another length
+    that accepted otherwise (a helper's review: 627 contradictory rows). It shows the runs whose
+    candidates the warehouse holds."""
+    data = _mini_traces(tmp_path)
+    base = ["run", "--preset", "seed", "--data", str(data), "--warehouse", str(tmp_path / "wh")]
+    query = ["sql", "--warehouse", str(tmp_path / "wh"), "--format", "csv",
+             ("select run_id, count(*) as n, count(*) filter (where source = chosen_source and accepted <> "
+              "chosen_accepted) as contradictory from eval_position_drafts group by run_id order by run_id")]
+    runs = ["sql", "--warehouse", str(tmp_path / "wh"), "--format", "csv",
+            "select run_id from main.runs order by created_at"]
+    assert run(base).exit_code == 0
+    first = run(runs).stdout.splitlines()[1]
+    shown = run(query).stdout.splitlines()
+    assert len(shown) == 2 and shown[1].startswith(first + ",") and shown[1].endswith(",0")
+    assert run([*base, "--draft-len", "4"]).exit_code == 0
+    latest = run(runs).stdout.splitlines()[2]
+    shown = run(query).stdout.splitlines()
+    assert len(shown) == 2 and shown[1].startswith(latest + ",") and shown[1].endswith(",0"), shown
 
 
 def test_run_then_report(tmp_path):

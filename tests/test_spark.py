@@ -143,3 +143,32 @@ def test_tables_are_reused_whichever_engine_built_them(engines, fixtures_dir, tm
         assert build_state(root, "fx") == state, f"built by {built_by}, rerun with {rerun_with}"
         assert table_checksums(root, "fx") == tables
         assert again["selected"] == engines[built_by]["selected"]
+
+
+def test_a_jvm_that_died_mid_build_is_the_one_line_error(tmp_path, monkeypatch):
+    """A JVM killed mid-build (out of memory, say) made the cleanup's clearCache raise
+    ConnectionRefusedError, which replaced "Spark build failed: ..." with a 70-line traceback (a
+    helper's review); the build's own error is what the run reports."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+    from specdraft.tables import ngrams, spark
+
+    class DeadJvm:
+        class catalog:
+            @staticmethod
+            def clearCache():
+                raise ConnectionRefusedError(111, "Connection refused")
+
+    def build_that_loses_its_jvm(*args):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(spark, "start_spark", lambda *args: DeadJvm())
+    monkeypatch.setattr(ngrams, "build_ngram_tables", build_that_loses_its_jvm)
+    with pytest.raises(SpecdraftError, match=r"Spark build failed: \[Errno 111\] Connection refused"):
+        spark.build_on_spark(RunConfig(), tmp_path / "traces.parquet", tmp_path / "spark" / "out")
+    # and py4j's own tracebacks of the calls that failed stay out of the CLI's output
+    CliRunner().invoke(main, ["sql", "--warehouse", str(tmp_path / "none"), "select 1"])
+    assert logging.getLogger("py4j").getEffectiveLevel() == logging.CRITICAL

@@ -95,10 +95,11 @@ def record_run(wh: Warehouse, results: dict, run_id: str | None = None, position
     import pyarrow as pa
 
     results["run_id"] = run_id or new_run_id()
-    if build_keys:
-        wh.store("run_builds", pa.table({"run_id": [results["run_id"]] * len(build_keys),
-                                         "stage": list(build_keys), "build_key": list(build_keys.values())}),
-                 append=True)
+    if build_keys or not wh.has_table("run_builds"):  # (eval_position_drafts reads it)
+        wh.store("run_builds", pa.table({"run_id": pa.array([results["run_id"]] * len(build_keys), pa.string()),
+                                         "stage": pa.array(list(build_keys), pa.string()),
+                                         "build_key": pa.array(list(build_keys.values()), pa.string())}),
+                 append=wh.has_table("run_builds"))
     if model is not None:
         run_ids = pa.array([results["run_id"]] * model.num_rows, pa.string())
         wh.store("policy_trees", model.add_column(0, "run_id", run_ids), append=True)

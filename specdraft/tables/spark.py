@@ -17,6 +17,7 @@ DuckDB evaluate identically, so both engines give the same tables row for row.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import warnings
 from pathlib import Path
@@ -237,7 +238,11 @@ def build_on_spark(cfg, traces_path: Path, out_dir: Path, master: str | None = N
             raise
         raise SpecdraftError(f"Spark build failed: {first_line(exc)}") from exc
     finally:
-        spark.catalog.clearCache()
+        from py4j.protocol import Py4JError
+
+        # a JVM that died: its error, not this call's ConnectionRefusedError, is the news
+        with contextlib.suppress(OSError, Py4JError):
+            spark.catalog.clearCache()
     return tables.kept
 
 

@@ -213,6 +213,9 @@ class Warehouse:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+        if "?" in str(self.root):  # DuckDB reads what follows a '?' as options: its WAL went elsewhere
+            raise SpecdraftError(f"{self.root}: a warehouse path cannot hold '?' (DuckDB cannot open a database "
+                                 "there); choose another --warehouse")
         if not self.read_only:
             make_dirs(self.root)
             (self.root / "traces").mkdir(exist_ok=True)
