@@ -500,10 +500,11 @@ def sql(query, sql_file, warehouse, dataset_name, fmt, output, write, debug) -> 
 @handle_errors
 def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
     """Show what the table sources would propose after TEXT (the in-text copy, the n-gram's
-    continuations at each length, the backoff walk): drafts as text, with counts and context lengths."""
+    continuations at each length, the backoff walk): drafts as text, with counts and context
+    lengths, with the settings of the dataset's latest run; the n-gram continuation its preset
+    drafts at each length is marked "drafted"."""
     import json
 
-    from specdraft.config import RunConfig
     from specdraft.drafters.lookup import lookup as run_lookup
     from specdraft.warehouse.analysis import default_dataset
     from specdraft.warehouse.connection import Warehouse
@@ -513,7 +514,7 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
             dataset_name = default_dataset(wh)
         if dataset_name is None:
             raise SpecdraftError(f"{warehouse}: no dataset ingested yet")
-    rows = run_lookup(Path(warehouse), dataset_name, text, RunConfig())
+    rows = run_lookup(Path(warehouse), dataset_name, text)  # with the dataset's latest run's settings
     if fmt == "json":
         click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
         return

@@ -307,6 +307,37 @@ def test_lookup_ranks_its_texts_contexts_on_a_queried_build(warehouse, tmp_path)
                                                                                 RunConfig()), text
 
 
+def test_lookup_marks_the_continuation_the_run_drafts(warehouse):
+    """lookup showed each length's three most frequent continuations, with RunConfig's defaults:
+    under --preset default, which drafts each context's most supported path, the run's n-gram draft
+    was often none of them (a helper's review: 53 of 246). The row marked drafted at each length is
+    the run's ngram-all draft there, for text that encodes back to the run's tokens."""
+    from specdraft.drafters.lookup import lookup
+    from specdraft.sources.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(RunConfig().tokenizer)
+    drafts = _rows(warehouse, "qwen_side",
+                   "select c.trace_id, c.pos, c.ctx_len, c.draft, t.tokens[1:c.pos] as known from candidates as c "
+                   "join selected_traces as t using (trace_id) where c.family = 'ngram-all' "
+                   "order by hash(c.trace_id, c.pos) limit 200")
+    by_position: dict[tuple, list] = {}
+    for row in drafts:
+        by_position.setdefault((row["trace_id"], row["pos"]), []).append(row)
+    checked = beyond_top = 0
+    for rows in list(by_position.values())[:30]:
+        tail = rows[0]["known"][-70:]  # past the longest context (64); the prompt's seam does not encode back
+        text = tokenizer.decode(tail)
+        if tokenizer.encode(text) != tail:
+            continue
+        shown = {row["ctx_len"]: row for row in lookup(warehouse, "qwen_side", text)
+                 if row["source"].startswith("ngram:") and row["source"].endswith(", drafted)")}
+        for row in rows:
+            assert shown[row["ctx_len"]]["draft"] == row["draft"], (row["trace_id"], row["pos"], row["ctx_len"])
+            checked += 1
+            beyond_top += "(rank 1," not in shown[row["ctx_len"]]["source"]
+    assert checked >= 20 and beyond_top >= 1, (checked, beyond_top)
+
+
 def test_lookup_cli(warehouse):
     from click.testing import CliRunner
 
