@@ -216,7 +216,9 @@ def _make_out(out: str) -> None:
 def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     from specdraft.pipeline import run_until
     from specdraft.report.results import write_outputs
+    from specdraft.warehouse.connection import check_warehouse_path
 
+    check_warehouse_path(Path(inputs.warehouse))  # before --out is made
     if out:
         _make_out(out)
     results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)

@@ -120,9 +120,10 @@ def test_a_dataset_name_that_differs_from_anothers_in_case_only_is_refused(tmp_p
 def test_a_warehouse_path_with_a_question_mark_is_refused_before_anything_is_made(tmp_path):
     """DuckDB reads what follows a '?' in a database path as options: a run there failed with a
     traceback from DuckDB's write-ahead log, under either engine (a helper's review)."""
-    result = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(tmp_path / "q?x")])
+    result = run(["run", "--preset", "seed", "--data", str(_mini_traces(tmp_path)), "--warehouse", str(tmp_path / "q?x"),
+                  "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and "a warehouse path cannot hold '?'" in result.stderr, result.stderr
-    assert not (tmp_path / "q?x").exists()
+    assert not (tmp_path / "q?x").exists() and not (tmp_path / "out").exists()
 
 
 def test_paths_that_cannot_be_the_warehouse_or_the_outputs_fail_before_the_run(tmp_path):
@@ -227,6 +228,17 @@ def _mini_traces(tmp_path):
     rows += [("calibration", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7"),
              ("eval", "What is 5 plus 6?", "<think>\n5 + 6 = 11.\n</think> 11")]
     return write_text_traces(tmp_path / "mini.parquet", rows)
+
+
+def test_a_run_recorded_without_build_keys_on_a_new_warehouse(tmp_path):
+    """record_run's build_keys default (None) failed with len(None) where run_builds was not made yet."""
+    from specdraft.report.results import record_run
+    from specdraft.warehouse.connection import Warehouse
+
+    with Warehouse(tmp_path / "wh", dataset="x", memory_limit=None) as wh:
+        run_id = record_run(wh, {"dataset": "x", "preset": "seed", "tokenizer": {"name": "t"}, "config": {}})
+        assert wh.run_text("select count(*) from run_builds").fetchall() == [(0,)]
+        assert wh.run_text("select run_id from main.runs").fetchall() == [(run_id,)]
 
 
 def test_eval_position_drafts_shows_only_the_runs_that_chose_from_the_candidates_held(tmp_path):

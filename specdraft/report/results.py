@@ -95,6 +95,7 @@ def record_run(wh: Warehouse, results: dict, run_id: str | None = None, position
     import pyarrow as pa
 
     results["run_id"] = run_id or new_run_id()
+    build_keys = build_keys or {}
     if build_keys or not wh.has_table("run_builds"):  # (eval_position_drafts reads it)
         wh.store("run_builds", pa.table({"run_id": pa.array([results["run_id"]] * len(build_keys), pa.string()),
                                          "stage": pa.array(list(build_keys), pa.string()),

@@ -138,11 +138,13 @@ def quote_identifier(name: str) -> str:
 # Statements a read-only connection would still run that write outside the database file (COPY
 # ... TO, EXPORT DATABASE, COPY FROM DATABASE) or could: ATTACH opens another database writable
 # (the readers' snapshot among them), and PREPARE / EXECUTE run a statement not checked here.
-# EXPLAIN ANALYZE runs the statement it explains, which is checked in turn (read_only_refusal).
+# EXPLAIN ANALYZE runs the statement it explains, which is checked in turn (read_only_refusal), and
+# the settings that name a file DuckDB writes (a query log, a profile) are refused by name.
 READ_ONLY_REFUSED = (duckdb.StatementType.COPY, duckdb.StatementType.EXPORT, duckdb.StatementType.COPY_DATABASE,
                      duckdb.StatementType.ATTACH, duckdb.StatementType.DETACH, duckdb.StatementType.PREPARE,
                      duckdb.StatementType.EXECUTE)
 _ANALYZED = re.compile(r"\banaly[sz]e\b(.*)", re.IGNORECASE | re.DOTALL)
+_FILE_SETTINGS = re.compile(r"\b(log_query_path|profiling_output|profile_output)\b", re.IGNORECASE)
 # Schema names a dataset cannot take: the warehouse's catalog (runs, datasets) is in main, and
 # DuckDB's own names would be ambiguous (temp) or refused (system); the database's own name too.
 RESERVED_SCHEMAS = ("main", "temp", "system", "information_schema", "pg_catalog", Path(DB_FILE).stem)
@@ -161,6 +163,14 @@ def check_dataset_name(name: str) -> str:
     return name
 
 
+def check_warehouse_path(root: Path) -> None:
+    """A path DuckDB can open a warehouse under: one with '?' it reads the rest of as options (its
+    write-ahead log went elsewhere and the run failed with a traceback)."""
+    if "?" in str(root):
+        raise SpecdraftError(f"{root}: a warehouse path cannot hold '?' (DuckDB cannot open a database there); "
+                             "choose another --warehouse")
+
+
 def read_only_refusal(text: str) -> str | None:
     """The type of the first statement of `text` that a read-only warehouse refuses
     (READ_ONLY_REFUSED), or None.
@@ -169,9 +179,14 @@ def read_only_refusal(text: str) -> str | None:
     'COPY'
     >>> read_only_refusal("explain select 1"), read_only_refusal("explain analyze select 1")
     (None, None)
+    >>> read_only_refusal("set log_query_path = 'x.duckdb'"), read_only_refusal("pragma table_info('runs')")
+    ('SET', None)
     """
     for statement in duckdb.extract_statements(text):
         if statement.type in READ_ONLY_REFUSED:
+            return statement.type.name
+        if statement.type in (duckdb.StatementType.SET, duckdb.StatementType.PRAGMA) \
+                and _FILE_SETTINGS.search(statement.query):
             return statement.type.name
         analyzed = _ANALYZED.search(statement.query) if statement.type == duckdb.StatementType.EXPLAIN else None
         if analyzed:
@@ -213,9 +228,7 @@ class Warehouse:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
-        if "?" in str(self.root):  # DuckDB reads what follows a '?' as options: its WAL went elsewhere
-            raise SpecdraftError(f"{self.root}: a warehouse path cannot hold '?' (DuckDB cannot open a database "
-                                 "there); choose another --warehouse")
+        check_warehouse_path(self.root)
         if not self.read_only:
             make_dirs(self.root)
             (self.root / "traces").mkdir(exist_ok=True)
@@ -519,9 +532,11 @@ class Warehouse:
     def _run_all_or_nothing(self, text: str, params):
         """Writable SQL text (`specdraft sql --write`) in one transaction: a statement that fails
         leaves the warehouse as it was, not with the statements before it done. Text that handles
-        its own transactions (BEGIN, COMMIT) runs as given."""
+        its own transactions (BEGIN, COMMIT), or a CHECKPOINT or VACUUM, runs as given."""
         statements = duckdb.extract_statements(text)
-        if any(s.type == duckdb.StatementType.TRANSACTION for s in statements):
+        # (a CHECKPOINT or VACUUM cannot run inside one that has changed something)
+        if any(s.type in (duckdb.StatementType.TRANSACTION, duckdb.StatementType.VACUUM, duckdb.StatementType.CALL)
+               for s in statements):
             return self.con.sql(text, params=params)
         self.con.execute("begin transaction")
         try:
