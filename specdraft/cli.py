@@ -715,8 +715,10 @@ def bench(data, reference, memory_limit, peer, cost_curve, base_rows, scales, pr
     from specdraft.measure import bench as benchmark
 
     # stopped, as by Ctrl-C: the run being measured is stopped too, and the temporary folders go
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    # (for this command only: a process that goes on after it keeps its own handler)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     ctx = click.get_current_context()
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
     curve_only = [name for name in ("base_rows", "scales", "preset", "out")
                   if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if cost_curve and peer:

@@ -482,3 +482,20 @@ def _cmdline_mentions(pid: str, text: str) -> bool:
             return text.encode() in f.read()
     except OSError:
         return False
+
+
+def test_the_bench_commands_sigterm_handler_is_its_own():
+    """bench turns SIGTERM into SystemExit for its run; the handler outlived the command in the
+    process that ran it (a test process), where a later tokenizer pool's workers inherited it and
+    one hung the pool's exit (a CI run stuck in test_a_million_token_trace)."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from specdraft.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    here = str(Path(__file__).parent)
+    result = CliRunner().invoke(main, ["bench", "--data", __file__, "--cost-curve", "--peer", here])
+    assert result.exit_code == 2 and "--peer is for the comparison" in result.output
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -200,7 +200,7 @@ class OfflineQwenTokenizer(Tokenizer):
             ranges = [(self.model, i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
             _forked_texts = distinct  # the workers see it through the fork: no text is pickled
             try:
-                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                with multiprocessing.get_context("fork").Pool(workers, initializer=_default_sigterm) as pool:
                     parts = pool.map(_encode_forked_range, ranges)
             finally:
                 _forked_texts = []
@@ -283,6 +283,15 @@ def _special_mark(model: str = OFFLINE_QWEN_MODEL) -> str:
 # encode_to_arrow's texts, set before it forks its workers: sending them to the workers instead
 # (pickled through a pipe) took 3.8 s instead of 2.6 s for the development set's completions
 _forked_texts: list[str] = []
+
+
+def _default_sigterm() -> None:
+    """A forked worker dies at SIGTERM, which the pool's exit sends it: a handler inherited from
+    the parent (the bench command's sys.exit, a server's) made one run Python's exit in the middle
+    of its queue read instead, and the pool's exit waited for it forever (a hung test run)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _encode_forked_range(span: tuple[str, int, int]) -> tuple[np.ndarray, np.ndarray]:
