@@ -450,6 +450,15 @@ def _first_segment_shortened(manifest):
     (lambda m: m["tables"]["ngram.arrow"].update(segments=[[1, 2]]), r"is not \[ctx_len, start, stop\]"),
     (lambda m: m["tables"].pop("backoff.arrow"), r"tables\['backoff.arrow'\] does not describe the table"),
     (lambda m: m.pop("run_id"), "incomplete manifest"),
+    # wrong types said that the values agreed ("274626 bytes, the manifest says 274626")
+    (lambda m: m.update(format_version="2"), "format version '2'; this specdraft reads versions 1, 2"),
+    (lambda m: m["files"]["store.arrow"].update(bytes=str(m["files"]["store.arrow"]["bytes"])),
+     r"files\['store.arrow'\] of the wrong type"),
+    (lambda m: m["tokenizer"].update(vocab_size=str(m["tokenizer"]["vocab_size"])), "tokenizer.vocab_size of the wrong type"),
+    # a file outside the bundle was opened and hashed as its own
+    (lambda m: m["files"].update({"../outside.arrow": m["files"]["store.arrow"]}), "'../outside.arrow', not a path inside"),
+    (lambda m: m["files"].update({"/etc/hosts": m["files"]["store.arrow"]}), "'/etc/hosts', not a path inside"),
+    (lambda m: m["tokenizer"].update(bundled="../tokenizer"), "'../tokenizer', not a path inside"),
 ])
 def test_a_wrong_manifest_is_named(bundle_copy, change, match):
     manifest = json.loads((bundle_copy / "manifest.json").read_text())
@@ -473,6 +482,48 @@ def test_a_config_that_is_not_an_object_is_named(bundle_copy):
     with pytest.raises(SpecdraftError) as excinfo:
         Drafter.load(bundle_copy)
     _one_line_naming(excinfo, config, "not a run's settings")
+
+
+def _rewritten(bundle_copy, name: str, change) -> Path:
+    """bundle_copy with one JSON file changed, and its checksum in the manifest made to match."""
+    import hashlib
+
+    path = bundle_copy / name
+    data = json.loads(path.read_text())
+    changed = change(data)
+    path.write_text(json.dumps(data if changed is None else changed))
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    manifest["files"][name] = {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+@pytest.mark.parametrize("change, match", [
+    # a setting this specdraft does not know (a newer one's bundle) failed with a TypeError traceback
+    (lambda c: c.update(bogus=1), r"not a run's settings \(.*bogus.*newer specdraft"),
+    (lambda c: c.update(draft_len="x"), "not a run's settings"),
+    # these loaded and drafted other tokens than the run measured, without an error
+    (lambda c: c.update(draft_len=4), r"draft_len 4, but the manifest says 16"),
+    (lambda c: c.update(preset="seed"), r"preset 'seed', but the manifest says 'default'"),
+    (lambda c: {}, r"preset None, but the manifest says 'default'"),
+])
+def test_an_edited_config_is_named(default_built, tmp_path, change, match):
+    bundle_copy = tmp_path / "bundle"
+    shutil.copytree(default_built[0] / "bundle", bundle_copy)
+    path = _rewritten(bundle_copy, "config.json", change)
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, path, match)
+
+
+def test_a_policy_choosing_an_unknown_family_is_named(default_built, tmp_path):
+    """It failed with a KeyError traceback from the drafter's family lookup."""
+    bundle_copy = tmp_path / "bundle"
+    shutil.copytree(default_built[0] / "bundle", bundle_copy)
+    path = _rewritten(bundle_copy, "policy.json", lambda p: p.update(choices=[*p["choices"], "nosuch"]))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(bundle_copy)
+    _one_line_naming(excinfo, path, "draft families 'nosuch' are not this specdraft's")
 
 
 def test_a_missing_file_or_manifest_is_named(bundle_copy):

@@ -32,7 +32,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -321,7 +321,7 @@ def read_bundle(root: Path) -> Bundle:
     recorded = _read_json(root / "config.json")
     if not isinstance(recorded, dict):
         raise SpecdraftError(f"{root / 'config.json'}: not a run's settings (a JSON object)")
-    config = RunConfig.recorded(recorded)
+    config = recorded_config(root / "config.json", recorded, manifest)
     columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
     policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
     rank2 = isinstance(policy, ConfidenceChoice) and "ngram-rank2" in policy.proposed
@@ -352,6 +352,24 @@ def read_bundle(root: Path) -> Bundle:
         store=memoryview(columns["store.arrow"]["token_id"]),
         **extra,
     )
+
+
+def recorded_config(path: Path, recorded: dict, manifest: dict) -> RunConfig:
+    """The run's settings from config.json, checked against the manifest: the preset and draft
+    length the bundle was exported with (a config.json that names others, or none, would draft
+    other tokens than the run measured, without an error)."""
+    try:
+        config = RunConfig.recorded(recorded)
+    except TypeError as exc:  # a setting this specdraft does not know (a newer one's bundle?)
+        raise SpecdraftError(f"{path}: not a run's settings ({first_line(exc)}; exported by a newer "
+                             "specdraft?)") from exc
+    except (SpecdraftError, ValueError) as exc:
+        raise SpecdraftError(f"{path}: not a run's settings ({first_line(exc)})") from exc
+    for key in ("preset", "draft_len"):
+        if key not in recorded or (key in manifest and recorded[key] != manifest[key]):
+            raise SpecdraftError(f"{path}: {key} {recorded.get(key)!r}, but the manifest says "
+                                 f"{manifest.get(key)!r} (the bundle was edited)")
+    return config
 
 
 def checked_segments(manifest_path: Path, name: str, entry, keys) -> list[tuple[int, int, int]]:
@@ -391,7 +409,7 @@ def read_manifest(root: Path) -> dict:
         raise SpecdraftError(f"{path}: not a specdraft drafter bundle manifest")
     version = manifest.get("format_version")
     if version not in READABLE_VERSIONS:
-        raise SpecdraftError(f"{path}: bundle format version {version}; this specdraft reads versions "
+        raise SpecdraftError(f"{path}: bundle format version {version!r}; this specdraft reads versions "
                              f"{', '.join(map(str, READABLE_VERSIONS))} (export the run again)")
     expected = {"p1": hashing.P1, "p2": hashing.P2, "b1": hashing.B1, "b2": hashing.B2}
     if manifest.get("hash") != expected:
@@ -401,10 +419,43 @@ def read_manifest(root: Path) -> dict:
             and isinstance(tables, dict) and isinstance(tokenizer, dict) and isinstance(manifest.get("run_id"), str)
             and {"name", "fingerprint", "vocab_size"} <= set(tokenizer)):
         raise SpecdraftError(f"{path}: incomplete manifest (files, tables, tokenizer or run_id missing)")
+    wrong = [f"files[{name!r}]" for name, f in files.items()
+             if not (_integer(f["bytes"]) and isinstance(f["sha256"], str))]
+    wrong += [f"tokenizer.{key}" for key, is_type in (("vocab_size", _integer), ("fingerprint", _string),
+                                                      ("name", _string)) if not is_type(tokenizer[key])]
+    wrong += [key for key in ("draft_len",) if key in manifest and not _integer(manifest[key])]
+    if wrong:
+        raise SpecdraftError(f"{path}: {', '.join(wrong)} of the wrong type (sizes and counts are integers, "
+                             "names and checksums strings)")
+    # every file the bundle lists, and the tokenizer it carries, are inside it
+    outside = [name for name in (*files, tokenizer.get("bundled") or TOKENIZER_DIR) if not _inside(name)]
+    if outside:
+        raise SpecdraftError(f"{path}: names {', '.join(map(repr, outside))}, not a path inside the bundle")
     if manifest.get("preset") not in PRESETS:
         raise SpecdraftError(f"{path}: a --preset {manifest.get('preset')} bundle; this specdraft reads "
                              f"{' and '.join(PRESETS)} bundles")
     return manifest
+
+
+def _integer(value) -> bool:
+    return type(value) is int
+
+
+def _string(value) -> bool:
+    return isinstance(value, str)
+
+
+def _inside(name) -> bool:
+    """Is a manifest's file name a relative path below the bundle's directory (store.arrow,
+    tokenizer/vocab.json), with no way out of it?
+
+    >>> [_inside(n) for n in ("store.arrow", "tokenizer/vocab.json", "../store.arrow", "/etc/passwd", "")]
+    [True, True, False, False, False]
+    """
+    if not isinstance(name, str) or not name or "\\" in name:
+        return False
+    path = PurePosixPath(name)
+    return not path.is_absolute() and all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def _read_json(path: Path):
@@ -427,6 +478,10 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                 raise SpecdraftError(f"{trees_path}: {exc}") from exc
             curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
             choices = tuple(str(c) for c in data["choices"])
+            unknown = [name for name in (*choices, *data.get("scored", ())) if name not in families.ORDER]
+            if unknown:
+                raise SpecdraftError(f"{path}: draft families {', '.join(map(repr, unknown))} are not "
+                                     f"this specdraft's ({', '.join(families.NAMES)})")
             return ConfidenceChoice(choices, tuple(data["features"]), ensemble,
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
