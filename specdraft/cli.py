@@ -23,6 +23,8 @@ from specdraft.pipeline import DEFAULT_DATASET
 from specdraft.warehouse.connection import DEFAULT_MEMORY_LIMIT
 
 DEFAULT_WAREHOUSE = "warehouse"
+# a demo needs a trace in each split (train, calibration, eval); with 1 or 2 it failed after writing
+MIN_DEMO_TRACES = 3
 
 
 def _with_options(options, func):
@@ -104,6 +106,14 @@ def engine_options(func):
                      help="Spark master URL for --engine spark, e.g. local[4] or spark://host:7077."),
     ]
     return _with_options(options, func)
+
+
+def _run_id_given(ctx, param, value: str | None) -> str | None:
+    """A RUN_ID argument: left out means the latest run, but an empty one (an unset shell variable)
+    is refused rather than read as left out."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty (leave it out for the latest run)")
+    return value
 
 
 def _config(kwargs: dict):
@@ -256,8 +266,8 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 
 
 @main.command()
-@click.option("--traces", "n_traces", type=click.IntRange(min=1), default=3000, show_default=True,
-              help="How many synthetic traces to generate.")
+@click.option("--traces", "n_traces", type=click.IntRange(min=MIN_DEMO_TRACES), default=3000, show_default=True,
+              help="How many synthetic traces to generate (one split each for the first three).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the generator.")
 @config_options
 @warehouse_options
@@ -268,8 +278,11 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
     """Run the whole pipeline on a built-in synthetic sample of math reasoning traces (no network)."""
     from specdraft.sources.synthetic import write_traces_parquet
+    from specdraft.warehouse.connection import check_warehouse_path
 
     cfg = _config(kwargs)
+    check_warehouse_path(Path(warehouse))  # and --out made: both fail before the sample is written
+    _make_out(out)
     data = Path(warehouse) / "samples" / f"synthetic_{n_traces}_{seed}.parquet"
     if not data.exists():
         write_traces_parquet(data, n_traces=n_traces, seed=seed)
@@ -399,8 +412,8 @@ def scaling(train_sizes, out, warehouse, memory_limit, debug, **kwargs) -> None:
 
 
 @main.command()
-@click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_a", callback=_run_id_given)
+@click.argument("run_b", callback=_run_id_given)
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
@@ -414,16 +427,19 @@ def compare(run_a, run_b, warehouse, html_path, debug) -> None:
     run ids are in `specdraft sql "select run_id, dataset, preset from main.runs"`."""
     from specdraft.report.compare import compare_runs, compare_text, write_compare_html
 
-    if html_path:  # a folder for the page that cannot be made fails now, not after the comparison
-        make_dirs(Path(html_path).parent)
+    if html_path and html_path.endswith(("/", os.sep)):
+        raise click.BadParameter(f"{html_path} names a directory; give the page's file name", param_hint="--html")
     cmp = compare_runs(Path(warehouse), run_a, run_b)
+    # the page first (its folder made only now, once both runs are found): a page that cannot be
+    # written fails before the comparison is printed, not after it
+    written = write_compare_html(cmp, Path(html_path)) if html_path else None
     click.echo(compare_text(cmp))
-    if html_path:
-        click.echo(f"wrote {write_compare_html(cmp, Path(html_path))}", err=True)
+    if written:
+        click.echo(f"wrote {written}", err=True)
 
 
 @main.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, callback=_run_id_given)
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),
               help="Warehouse directory.")
 @click.option("--out", default="results", show_default=True, type=click.Path(file_okay=False),
@@ -507,6 +523,8 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
     drafts at each length is marked "drafted"."""
     import json
 
+    if not text.strip():
+        raise click.BadParameter("is empty: give the text to look up the drafts after", param_hint="TEXT")
     from specdraft.drafters.lookup import lookup as run_lookup
     from specdraft.warehouse.analysis import default_dataset
     from specdraft.warehouse.connection import Warehouse
@@ -526,7 +544,7 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
 
 
 @main.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, callback=_run_id_given)
 @click.option("--out", required=True, type=click.Path(),
               help="Directory for the bundle (written beside it and renamed into place; an earlier bundle "
                    "there is replaced); with --format sglang-corpus, the corpus file (written the same way).")
@@ -577,7 +595,7 @@ def export(run_id, out, fmt, warehouse, debug) -> None:
 
 
 @main.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, callback=_run_id_given)
 @click.option("--bundle", required=True, type=click.Path(file_okay=False),
               help="The run's drafter bundle (`specdraft export`).")
 @click.option("--warehouse", default=DEFAULT_WAREHOUSE, show_default=True, type=click.Path(file_okay=False),

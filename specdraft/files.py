@@ -46,6 +46,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         reach(f"write:{path.name}:before_rename")
         os.replace(partial, path)
         reach(f"write:{path.name}:after_rename")
+    except OSError as exc:
+        if exc.filename not in (str(partial), partial):
+            raise
+        # the user's path, not the temporary one beside it, which they never named
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     finally:
         partial.unlink(missing_ok=True)
 

@@ -471,4 +471,18 @@ def test_a_dataset_of_another_tokenizer_names_the_flag(tmp_path):
     result = run(["ingest", "--data", data, "--warehouse", warehouse, "--name", "mine"])
     assert result.exit_code == 1
     assert ("was tokenized with Qwen/Qwen3.5-27B, not Qwen/Qwen2.5-7B-Instruct: pass --tokenizer Qwen/Qwen3.5-27B, "
-            "or another --name to ingest it with Qwen/Qwen2.5-7B-Instruct") in result.stderr, result.stderr
+            "or ingest it with Qwen/Qwen2.5-7B-Instruct under another name (--name) or in another --warehouse"
+            ) in result.stderr, result.stderr
+
+
+def test_demo_refuses_too_few_traces_and_a_bad_out_before_writing(tmp_path):
+    """--traces 1 or 2 passed the option check and failed after writing the sample (no calibration
+    split); a --out that cannot be a directory failed after the sample was written in the warehouse."""
+    for traces in ("1", "2"):
+        result = run(["demo", "--traces", traces, "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and "x>=3" in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "afile").write_text("")
+    result = run(["demo", "--traces", "30", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "afile" / "out")])
+    assert result.exit_code == 1 and "afile" in result.stderr, result.stderr
+    assert not (tmp_path / "wh").exists()

@@ -74,3 +74,37 @@ def test_compare_across_datasets_and_tokenizers(runs):
     missing = CliRunner().invoke(main, ["compare", default["run_id"], "nope", "--warehouse", str(root)])
     assert missing.exit_code == 1 and "no run with id 'nope'" in missing.stderr
     assert json.loads(json.dumps(small["config"]))["eval_limit"] == 3
+
+
+@pytest.mark.parametrize("args", [["compare", "", "{a}"], ["compare", "{a}", " "], ["report", ""],
+                                  ["export", "", "--out", "{tmp}/bundle"], ["replay", "", "--bundle", "{tmp}"]])
+def test_an_empty_run_id_is_refused_not_read_as_the_latest(runs, tmp_path, args):
+    """`compare "$RUN" B` with RUN unset compared the latest run, and `report ""` reported it: an
+    empty id is a usage error; only a left-out one means the latest run."""
+    root, seed = runs[0], runs[1]
+    args = [arg.format(a=seed["run_id"], tmp=tmp_path) for arg in args]
+    result = CliRunner().invoke(main, [*args, "--warehouse", str(root)])
+    assert result.exit_code == 2 and "is empty (leave it out for the latest run)" in result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_html_that_cannot_be_written_prints_nothing(runs, tmp_path):
+    """The comparison was printed and then the page failed, naming a temporary file beside it
+    (/proc/.x.html.PID.partial); a page path that is a directory's was written as a file; and
+    unknown runs with --html made the page's folder."""
+    root, seed, default = runs[0], runs[1], runs[2]
+    result = _compare(root, seed, default, "--html", "/proc/specdraft-compare.html")
+    assert result.exit_code == 1 and result.stdout == "", result.stdout
+    assert "error: /proc/specdraft-compare.html: " in result.stderr, result.stderr
+    result = _compare(root, seed, default, "--html", f"{tmp_path}/page/")
+    assert result.exit_code == 2 and "names a directory" in result.stderr and not (tmp_path / "page").exists()
+    result = CliRunner().invoke(main, ["compare", "nosuch", seed["run_id"], "--warehouse", str(root),
+                                       "--html", str(tmp_path / "new" / "x.html")])
+    assert result.exit_code == 1 and "nosuch" in result.stderr and not (tmp_path / "new").exists()
+    result = _compare(root, seed, default, "--html", str(tmp_path / "new" / "x.html"))
+    assert result.exit_code == 0 and result.stdout.startswith("A: run ") and (tmp_path / "new" / "x.html").is_file()
+
+
+def test_lookup_of_no_text_is_refused(runs):
+    result = CliRunner().invoke(main, ["lookup", " ", "--warehouse", str(runs[0])])
+    assert result.exit_code == 2 and "is empty" in result.stderr and result.stdout == "", result.output

@@ -637,7 +637,7 @@ def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
     (its settings and counts alone would not), so its export is refused, not another run's data
     written under its id; its report leaves out its text and drafts, and compare does not pair
     its traces with the new run's."""
-    from specdraft.report.compare import compare_runs
+    from specdraft.report.compare import compare_html, compare_runs, compare_text
     from specdraft.report.results import load_run
     from specdraft.report.trace_browser import browser_data
 
@@ -646,6 +646,8 @@ def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
     shutil.copy(FIXTURE, data)
     first = run_all(SEED, root, str(data), "unused", name=DATASET)
     export_bundle(root, first["run_id"], tmp_path / "before")  # its own tables: taken
+    other_settings = dataclasses.replace(SEED, backoff_min_context_len=6)
+    first_other = run_all(other_settings, root, str(data), "unused", name=DATASET)  # same data, other choices
     _traces_with_other_responses(FIXTURE, data)
     second = run_all(SEED, root, str(data), "unused", name=DATASET)
     assert second["eval_examples"] == first["eval_examples"] and second["selected"] != first["selected"]
@@ -658,10 +660,25 @@ def test_a_run_whose_data_changed_under_it_is_refused(tmp_path):
         assert page["drafts_note"].startswith("text and drafts not shown") and page["traces"] == []
         page = browser_data(wh, load_run(root, second["run_id"]))
         assert page["drafts_note"] == "" and page["traces"]
+    # nor its contexts (their text and counts were the new traces', at the old run's positions)
+    from specdraft.report.html import CONTEXTS_GONE, write_html_report
+
+    for run, gone in ((first, True), (second, False)):
+        page = write_html_report(root, load_run(root, run["run_id"]), tmp_path / f"{run['run_id']}.html").read_text()
+        assert (CONTEXTS_GONE in page) == gone
+        table = re.search(r'<table id="contexts">.*?</table>', page, re.DOTALL).group()
+        assert (table.count("<tr>") > 1) != gone  # a row past the header
     # compare does not pair the two runs' traces: their ids are the same, their texts are not
     assert not compare_runs(root, first["run_id"], second["run_id"])["same_traces"]
-    third = run_all(dataclasses.replace(SEED, backoff_min_context_len=6), root, str(data), "unused", name=DATASET)
+    third = run_all(other_settings, root, str(data), "unused", name=DATASET)
     assert compare_runs(root, second["run_id"], third["run_id"])["same_traces"]
+    # two runs before the new data pair up, but their positions' text is gone, and the page says so
+    before = compare_runs(root, first["run_id"], first_other["run_id"])
+    assert before["same_traces"] and before["choices"]["differ"] and before["examples"] == []
+    assert "examples (--html) not shown: the dataset was ingested afresh" in compare_text(before)
+    assert "Examples not shown: the dataset was ingested afresh" in compare_html(before)
+    after = compare_runs(root, second["run_id"], third["run_id"])
+    assert after["examples"] and "not shown" not in compare_html(after)
 
 
 def test_a_path_with_a_bar_is_its_own_runs(tmp_path):

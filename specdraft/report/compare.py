@@ -116,6 +116,7 @@ def _differing_choices(warehouse: Path, run: dict, a: pa.Table, b: pa.Table) -> 
     trace_ids, positions = a.column("trace_id").to_numpy()[picked], a.column("pos").to_numpy()[picked]
     with Warehouse(warehouse, read_only=True, dataset=run["dataset"], memory_limit=None) as wh:
         if data_changed_since(wh, run["run_id"]):
+            summary["examples_note"] = TEXT_GONE
             return summary, []
         wh.register("compare_examples", pa.table({"trace_id": trace_ids, "pos": positions}))
         texts = {(t, p): (before, after) for t, p, before, after in wh.query(
@@ -138,6 +139,10 @@ def _delta(a: float | None, b: float | None) -> str:
 
 def _rows(rows) -> list[tuple[str, ...]]:
     return [(str(name), _number(a), _number(b), _delta(a, b)) for name, a, b in rows]
+
+
+# why no position's text is shown: the traces were replaced, so the text at a position is another's
+TEXT_GONE = "the dataset was ingested afresh since these runs"
 
 
 def compare_text(cmp: dict) -> str:
@@ -163,6 +168,8 @@ def compare_text(cmp: dict) -> str:
     choices = cmp["choices"]
     lines += ["", (f"choices: B chose another source at {choices['differ']} of {choices['positions']} positions; "
                    f"there it accepted more at {choices['b_better']} and less at {choices['b_worse']}")]
+    if choices.get("examples_note"):
+        lines += [f"examples (--html) not shown: {choices['examples_note']}"]
     return "\n".join(lines)
 
 
@@ -197,9 +204,11 @@ def compare_html(cmp: dict) -> str:
             for e in cmp["examples"])
         parts.append(f"<h2>Where the runs chose differently</h2><p>At {choices['differ']} of "
                      f"{choices['positions']} positions; B accepted more at {choices['b_better']} and less at "
-                     f"{choices['b_worse']}. Below, the positions with the largest differences: the text before "
-                     f"the position, then (highlighted) the tokens its drafts had to match.</p>"
-                     f'<div id="examples">{examples}</div>')
+                     f"{choices['b_worse']}. "
+                     + (f"Examples not shown: {escape(choices['examples_note'])}.</p>" if choices.get("examples_note")
+                        else "Below, the positions with the largest differences: the text before the position, "
+                             "then (highlighted) the tokens its drafts had to match.</p>")
+                     + f'<div id="examples">{examples}</div>')
     else:
         parts.append("<p>Per trace and per position: not compared (the runs evaluated different eval traces).</p>")
     return f"""<!doctype html>

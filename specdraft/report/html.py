@@ -80,7 +80,11 @@ def position_svg(rows: list[tuple[int, int, float, float]], title: str) -> str:
     return "".join(parts)
 
 
-def build_html(results: dict, positions: list, contexts: list, longest: list = (), browser: dict | None = None) -> str:
+CONTEXTS_GONE = "Not shown: the dataset was ingested afresh since this run."
+
+
+def build_html(results: dict, positions: list, contexts: list, longest: list = (), browser: dict | None = None,
+               contexts_note: str = "") -> str:
     per_source = [(name, s["avg_accepted"]) for name, s in results.get("per_source", {}).items()]
     headline = "".join(
         f"<tr><td>{escape(name)}</td><td>{results[key]['avg_accepted']:.3f}</td>"
@@ -116,6 +120,7 @@ calibration {results.get("calibration_examples")}, eval {results.get("eval_examp
 <h2>Acceptance by position in the response</h2>
 <div id="positions">{position_svg(positions, "mean accepted by response position")}</div>
 {_multi_draft_section(results)}{_draft_length_section(results)}<h2>Contexts the chosen drafts hit most</h2>
+{f'<p id="contexts-note">{escape(contexts_note)}</p>' if contexts_note else ""}
 <table id="contexts"><tr><th>context</th><th>source</th><th>hits</th><th>chosen</th></tr>{context_rows}</table>
 <h2>The longest contexts the chosen drafts hit after</h2>
 <p>Whitespace shown: ⏎ a newline, · a space.</p>
@@ -175,13 +180,20 @@ def _draft_length_section(results: dict) -> str:
 def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20, all_traces: bool = False) -> Path:
     """Read the run's per-position tables from the warehouse and write the page (its trace browser
     embeds some eval traces, or with all_traces every one)."""
+    from specdraft.pipeline import data_changed_since
+
     run_id = results.get("run_id")
     if not run_id:
         raise SpecdraftError("this run has no run_id; record it with `specdraft run` first")
     with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
-        wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
-        contexts = wh.query("report/run_top_contexts", {"top": top}).fetchall()
-        longest = wh.query("report/run_longest_contexts", {"top": top}).fetchall()
+        contexts, longest, contexts_note = [], [], CONTEXTS_GONE
+        # the contexts' text and counts come from the dataset's traces as they are now: none where
+        # they were replaced since the run (they were another trace's, at the run's positions)
+        if not data_changed_since(wh, run_id):
+            wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
+            contexts = wh.query("report/run_top_contexts", {"top": top}).fetchall()
+            longest = wh.query("report/run_longest_contexts", {"top": top}).fetchall()
+            contexts_note = ""
         browser = browser_data(wh, results, all_traces)
-    return write_text(path, build_html(results, positions, contexts, longest, browser))
+    return write_text(path, build_html(results, positions, contexts, longest, browser, contexts_note))

@@ -65,7 +65,8 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
     if meta is not None and meta.get("tokenizer_fingerprint") != tokenizer.fingerprint:
         raise SpecdraftError(
             f"{path}: dataset {name!r} was tokenized with {meta.get('tokenizer')}, not {cfg.tokenizer}: pass "
-            f"--tokenizer {meta.get('tokenizer')}, or another --name to ingest it with {cfg.tokenizer}"
+            f"--tokenizer {meta.get('tokenizer')}, or ingest it with {cfg.tokenizer} under another name (--name) "
+            "or in another --warehouse"
         )
     if not _use_stored(meta, data, (source, source_signature(data, dataset, columns, earlier=True))):
         if meta is not None and meta.get("appends"):
