@@ -785,12 +785,11 @@ def test_scanned_and_stored_tables_go_when_their_statement_is_done_inside_a_tran
 
 
 # Budgets that make the fixture's candidates stage spill, likeliest first. Measured on the fixture
-# with 2 threads: 33 and 34MB spill, 35MB does not, 32MB runs out of memory; before each commit
-# checkpointed (for the snapshot) 35 to 50MB spilled. The edges move with the threads' timing (34MB
-# once did not spill in a full-file run), so the test tries the budgets around them in turn, twice
-# (on 2026-12-03 a full run saw 33, 34 and 35MB all finish without spilling, once in three full
-# runs; probed alone just after, 33 and 34MB spilled and 32MB ran out of memory, as before).
-SPILL_BUDGETS = ("34MB", "33MB", "35MB", "34MB", "33MB")
+# with 2 threads (2026-12-07, since the candidates read token_windows): 28 and 29MB spill, 30MB
+# does not, 26MB runs out of memory (in ngram_candidates.sql). Before, slicing each trace's token
+# list per position, 33 and 34MB spilled, 35MB did not and 32MB ran out. The edges move with the
+# threads' timing, so the test tries the budgets around them in turn.
+SPILL_BUDGETS = ("28MB", "29MB", "28MB", "29MB", "28MB")
 
 
 def _run_paused_at_candidates(args: list, budget: str, root: Path, out: Path) -> tuple[int, str, list[str]]:
@@ -813,7 +812,7 @@ def _run_paused_at_candidates(args: list, budget: str, root: Path, out: Path) ->
 
 
 def test_a_tiny_memory_budget_spills_and_gives_the_same_results(tmp_path):
-    """A budget of about 34MB (DuckDB gets 70% of it) makes the candidates stage spill to
+    """A budget of about 28MB (DuckDB gets 70% of it) makes the candidates stage spill to
     <warehouse>/tmp: the run, paused there, shows DuckDB's temporary files, and ends with the
     results of a run with the default budget (SPILL_BUDGETS: the first that spills)."""
     args = ["--data", DATA, "--preset", "seed", *SMALL]
@@ -865,6 +864,43 @@ def test_a_million_token_trace(tmp_path):
     assert max(map(len, stored)) > 1_000_000
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["selected"]["positions"] == 512
+
+
+def test_a_long_uncapped_eval_trace_runs_in_a_small_memory_limit(tmp_path):
+    """One eval trace of about 22,000 tokens, uncut (--max-completion-tokens 0), at --memory-limit
+    1GB. Reading each position's next tokens, and each copy's, by slicing the trace's token list
+    per row of a join carried the whole list into every row: quadratic in the trace's length. Here
+    that ran out of memory in candidates.sql (and a 50,000-token trace took the candidates stage
+    32 s and its report 37 s); through token_windows.sql it runs. The report's contexts view
+    (top_hitting_contexts, gathered token by token now) is checked against slices of the trace."""
+    import random
+
+    from specdraft.warehouse.connection import Warehouse
+
+    from .helpers import write_text_traces
+
+    words = random.Random(1)
+    vocabulary = ["".join(words.choice("abcdefghij") for _ in range(5)) for _ in range(2000)]
+    rows = [("train", f"What is {i} plus {i}?", f"<think>\n{i} + {i} = {2 * i}.\n</think> {2 * i}") for i in range(30)]
+    rows += [("calibration", f"What is {i} plus 4?", f"<think>\n{i} + 4 = {i + 4}.\n</think> {i + 4}") for i in range(3)]
+    rows += [("eval", "Write words.", " ".join(words.choice(vocabulary) for _ in range(8000))),
+             ("eval", "What is 3 plus 4?", "<think>\n3 + 4 = 7.\n</think> 7")]
+    data = write_text_traces(tmp_path / "long.parquet", rows)
+    result = cli("run", "--data", str(data), "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out"),
+                 "--max-completion-tokens", "0", "--memory-limit", "1GB")
+    assert result.exit_code == 0, result.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["selected"]["positions"] > 20_000
+    with Warehouse(tmp_path / "wh", read_only=True, dataset="long", memory_limit=None) as wh:
+        viewed = sorted(wh.run_text("select source, ctx_len, ctx_tokens, chosen, hits from top_hitting_contexts "
+                                    "where run_id = ?", [results["run_id"]]).fetchall())
+        sliced = sorted(wh.run_text("""
+            select e.source, e.ctx_len, t.tokens[e.pos - e.ctx_len + 1:e.pos] as ctx_tokens, count(*),
+                count(*) filter (where e.accepted > 0)
+            from eval_positions as e join selected_traces as t using (trace_id)
+            where e.run_id = ? and e.ctx_len > 0
+            group by all""", [results["run_id"]]).fetchall())
+    assert viewed == sliced and len(viewed) > 1000
 
 
 @pytest.mark.parametrize("flags, named", [

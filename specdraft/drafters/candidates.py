@@ -1,6 +1,7 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
-    query_positions -> copy_candidates   (SQL: window over context keys of the same trace)
+    query_positions, token_windows (SQL: the tokens after and before every position)
+                    -> copy_candidates   (SQL: window over context keys of the same trace)
                     -> ngram_choices     (SQL: each context's two continuations to draft; by
                                           support under --preset default, ngram_paths.py)
                     -> ngram_candidates  (SQL: join with ngram_choices)
@@ -61,6 +62,10 @@ def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
         "drafters/query_positions",
         {"stride": cfg.calibration_stride, "calibration_max_positions": cfg.calibration_max_positions},
     )
+    # the tokens around every position of the query traces, which the candidates and the copy
+    # sources read instead of slicing a trace's whole token list per row (kept: the copy sources'
+    # views read it)
+    wh.materialize("drafters/token_windows", {"draft_len": cfg.draft_len})
 
 
 def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig,
@@ -139,7 +144,7 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     wh.materialize("drafters/online_candidates",
                    {"enabled": cfg.online and "online" in policy.families, "draft_len": cfg.draft_len})
     wh.register("source_families", families.order_table())
-    wh.materialize("drafters/candidates", {"draft_len": cfg.draft_len}, compression=CANDIDATES_COMPRESSION)
+    wh.materialize("drafters/candidates", compression=CANDIDATES_COMPRESSION)
     if policy.reads_features:
         build_candidate_features(wh)
 

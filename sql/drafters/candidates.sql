@@ -1,8 +1,8 @@
 -- out: candidates
 -- grain: trace_id, pos, source
--- reads: query_positions, selected_traces, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
+-- reads: token_windows, copy_candidates, prompt_candidates, backoff_candidates, ngram_candidates,
 --        recent_copy_candidates, ngram_all_candidates, online_candidates, arithmetic_candidates, source_families
--- params: $draft_len BIGINT
+-- params: (none)
 -- Every source's draft at every query position, with how many of its leading tokens match the
 -- trace (accepted). family_order is the family's place in specdraft/families.py: the seed's
 -- candidate order, which breaks policy ties, then the sources beyond the seed.
@@ -26,22 +26,20 @@ with drafts as (
     -- --preset default (empty under --preset seed)
     select trace_id, pos, family, source, ctx_len, count, score, draft, null as match_pos from arithmetic_candidates
 ),
--- the trace's next draft_len tokens at each query position, sliced once per position (slicing per
--- draft would copy each trace's token list into every draft row of the join)
-actuals as materialized (
+-- the trace's next draft_len tokens at each query position, and the last three known tokens
+-- (token_windows: one row a position, not the trace's token list in every row of a join)
+actuals as (
+    -- every position of the query traces: the drafts' join keeps those queried
     select
-        q.trace_id,
-        q.pos,
-        q.split,
-        q.completion_pos,
-        t.tokens[q.pos + 1:q.pos + $draft_len] as actual,
-        -- the last three known tokens (1-based: tokens[pos] is the one before pos; -1: none, and
-        -- never an index below 1, which DuckDB would count from the list's end)
-        coalesce(t.tokens[q.pos], -1) as last_token,
-        case when q.pos >= 2 then t.tokens[q.pos - 1] else -1 end as before_last_token,
-        case when q.pos >= 3 then t.tokens[q.pos - 2] else -1 end as two_before_last_token
-    from query_positions as q
-    join selected_traces as t using (trace_id)
+        trace_id,
+        pos,
+        split,
+        completion_pos,
+        next_tokens as actual,
+        last_token,
+        before_last_token,
+        two_before_last_token
+    from token_windows
 ),
 aligned as (
     select

@@ -1,6 +1,6 @@
 -- out: copy_candidates
 -- grain: trace_id, pos
--- reads: query_context_keys, query_positions, selected_traces
+-- reads: query_context_keys, query_positions, token_windows
 -- params: $copy_context_lengths INTEGER[], $draft_len BIGINT
 -- Prefix copy: the latest earlier place in the same trace (prompt + known response) whose
 -- ctx_len tokens equal the last ctx_len known tokens, with the draft_len tokens after it wholly
@@ -39,6 +39,7 @@ select
     null::bigint as count,
     l.ctx_len * 9.0 + 0.5 as score,
     l.match_pos,
-    t.tokens[l.match_pos + 1:l.match_pos + $draft_len] as draft
+    -- the draft_len tokens after the match (token_windows: not the trace's token list per row)
+    w.next_tokens as draft
 from longest as l
-join selected_traces as t using (trace_id)
+join token_windows as w on w.trace_id = l.trace_id and w.pos = l.match_pos

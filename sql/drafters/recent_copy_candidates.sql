@@ -1,6 +1,6 @@
 -- out: recent_copy_candidates
 -- grain: trace_id, pos, source
--- reads: query_context_keys, query_positions, selected_traces
+-- reads: query_context_keys, query_positions, token_windows
 -- params: $enabled BOOLEAN, $draft_len BIGINT
 -- Recent copy (not in the seed): for every context length, the latest and the second-latest
 -- earlier place in the same trace whose last ctx_len tokens equal the last ctx_len known tokens.
@@ -37,10 +37,12 @@ select
     m.earlier_occurrences as count,
     m.ctx_len * 1.0 as score,
     m.match_pos,
+    -- the tokens after the match (token_windows), the period repeated where the copy reaches pos:
+    -- i mod the period is below it, so only tokens before pos are read
     list_transform(
         range($draft_len),
-        lambda i: t.tokens[m.match_pos + (i % (m.pos - m.match_pos)) + 1]
+        lambda i: w.next_tokens[(i % (m.pos - m.match_pos)) + 1]
     ) as draft
 from matches as m
 semi join query_positions as q on q.trace_id = m.trace_id and q.pos = m.pos
-join selected_traces as t on t.trace_id = m.trace_id
+join token_windows as w on w.trace_id = m.trace_id and w.pos = m.match_pos
