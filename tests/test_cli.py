@@ -74,6 +74,21 @@ def test_missing_column_names_file_and_column(tmp_path):
     assert not (tmp_path / "wh" / "traces" / "bad.parquet").exists()
 
 
+@pytest.mark.parametrize("flags, roles, column", [
+    (["--reasoning-column", "problem"], "--problem-column and --reasoning-column", "problem"),
+    (["--problem-column", "raw_reasoning"], "--problem-column and --reasoning-column", "raw_reasoning"),
+    (["--split-column", "problem"], "--problem-column and --split-column", "problem"),
+    (["--problem-source-column", "split"], "--split-column and --problem-source-column", "split"),
+])
+def test_one_column_in_two_roles_is_one_line(tmp_path, flags, roles, column):
+    """It failed in polars' select with a DuplicateError traceback."""
+    data = write_text_traces(tmp_path / "mini.parquet", [(split, "What is 2 plus 2?", "<think>4</think> 4")
+                                                         for split in ("train", "calibration", "eval")])
+    result = run(["ingest", "--data", str(data), "--warehouse", str(tmp_path / "wh"), *flags])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{roles} both name column {column!r}" in result.stderr, result.stderr
+
+
 def test_bad_flag_value_is_exit_1(tmp_path):
     result = run(["run", "--draft-len", "0", "--data", "x.parquet", "--warehouse", str(tmp_path / "wh")])
     assert result.exit_code == 1

@@ -108,6 +108,16 @@ def _check_columns(frame: pl.DataFrame, label: str, columns: ColumnMap, split: b
             raise SpecdraftError(f"{label}: missing column {name!r}; columns found: {found}{hint}")
     keep = required + ([columns.problem_source] if columns.problem_source in frame.columns
                        and columns.problem_source not in required else [])
+    # one column in two roles (--reasoning-column problem) failed in polars' select with a traceback
+    roles = {"problem": columns.problem, "reasoning": columns.reasoning}
+    roles |= {"split": columns.split} if split else {}
+    roles |= {"problem-source": columns.problem_source} if columns.problem_source in keep else {}
+    named = list(roles.items())
+    for i, (role, name) in enumerate(named):
+        other = next((r for r, n in named[i + 1:] if n == name), None)
+        if other is not None:
+            raise SpecdraftError(f"{label}: --{role}-column and --{other}-column both name column {name!r}; "
+                                 "each needs a column of its own")
     frame = frame.select(keep)
     for name in keep:
         dtype = frame.schema[name]
