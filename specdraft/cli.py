@@ -272,7 +272,7 @@ def run(out, warehouse, memory_limit, debug, leave_one_out, **kwargs) -> None:
 @config_options
 @warehouse_options
 @click.option("--out", default="results/demo", show_default=True, type=click.Path(file_okay=False),
-              help="Directory for results.json and accepted_histogram.svg.")
+              help="Directory for results.json, accepted_histogram.svg and report.html.")
 @engine_options
 @handle_errors
 def demo(n_traces, seed, out, warehouse, memory_limit, debug, **kwargs) -> None:
@@ -538,9 +538,12 @@ def lookup(text, warehouse, dataset_name, fmt, debug) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
         return
-    for row in rows:
-        count = "" if row["count"] is None else f" count {row['count']}"
-        click.echo(f"{row['source']:<22}{count:<12} {row['text']!r}")
+    # columns as wide as their longest entry ("ngram:64 (rank 1, drafted)" overran a fixed 22)
+    counts = ["" if row["count"] is None else f"count {row['count']}" for row in rows]
+    source_width = max((len(row["source"]) for row in rows), default=0)
+    count_width = max(map(len, counts), default=0)
+    for row, count in zip(rows, counts, strict=True):
+        click.echo(f"{row['source']:<{source_width}}  {count:<{count_width}}  {row['text']!r}")
 
 
 @main.command()

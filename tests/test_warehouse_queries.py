@@ -353,6 +353,13 @@ def test_lookup_cli(warehouse):
                                        "--format", "json", "The answer is"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)
+    # the table: each row's text starts in the same column (a source name longer than 22
+    # characters, "ngram:6 (rank 1, drafted)", pushed its row's text out of line)
+    result = CliRunner().invoke(main, ["lookup", "--warehouse", str(warehouse), "--dataset", "qwen_side", "The answer is"])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(len(line.split("  ")[0]) > 22 for line in lines), lines  # the case that overran
+    assert len({line.index(" '") if " '" in line else line.index(' "') for line in lines}) == 1, lines
 
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None)
