@@ -150,39 +150,38 @@ def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]],
                 prompt_texts: list[str] | None = None) -> np.ndarray:
     """The decode-step walk through the live API: propose, then extend by the accepted tokens and
     the next one (draft_len after a full draft)."""
-    draft_len = drafter.draft_len
-    values = []
-    for i, (prompt_len, trace) in enumerate(zip(prompts, tokens)):
-        session = drafter.start(trace[:prompt_len], None if prompt_texts is None else prompt_texts[i])
-        pos = prompt_len
-        while pos < len(trace):
-            accepted = accepted_prefix(session.propose(), trace[pos : pos + draft_len], draft_len)
-            values.append(accepted)
-            step = accepted if accepted == draft_len else accepted + 1
-            session.extend(trace[pos : pos + step])
-            pos += step
-        session.close()
-    return np.array(values, dtype=np.int64)
+    steps = _decode_walk(drafter, prompts, tokens, prompt_texts, lambda session: session.propose(),
+                         full_draft_takes_next=False)
+    return np.array([accepted for _drafted, accepted in steps], dtype=np.int64)
 
 
 def cut_walk(drafter: Drafter, prompts: list[int], tokens: list[list[int]], cost: float,
              prompt_texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The decode walk of drafts cut at `cost` (propose(verify_cost=cost)), a + 1 tokens a step as
     policy/draft_length.py's walk moves: (drafted, accepted) per step."""
+    steps = np.array(list(_decode_walk(drafter, prompts, tokens, prompt_texts,
+                                       lambda session: session.propose(verify_cost=cost), full_draft_takes_next=True)),
+                     dtype=np.int64).reshape(-1, 2)
+    return steps[:, 0], steps[:, 1]
+
+
+def _decode_walk(drafter: Drafter, prompts: list[int], tokens: list[list[int]], prompt_texts: list[str] | None,
+                 propose, full_draft_takes_next: bool):
+    """(tokens drafted, tokens accepted) at each decode step of every trace, each session started
+    with its prompt: propose(session), then extend by the accepted tokens and the next true one;
+    after a full draft (draft_len accepted) the next one too only if full_draft_takes_next."""
     draft_len = drafter.draft_len
-    drafted, accepted = [], []
     for i, (prompt_len, trace) in enumerate(zip(prompts, tokens)):
         session = drafter.start(trace[:prompt_len], None if prompt_texts is None else prompt_texts[i])
         pos = prompt_len
         while pos < len(trace):
-            draft = session.propose(verify_cost=cost)
-            a = accepted_prefix(draft, trace[pos : pos + draft_len], draft_len)
-            drafted.append(len(draft))
-            accepted.append(a)
-            session.extend(trace[pos : pos + a + 1])
-            pos += a + 1
+            draft = propose(session)
+            accepted = accepted_prefix(draft, trace[pos : pos + draft_len], draft_len)
+            yield len(draft), accepted
+            step = accepted if accepted == draft_len and not full_draft_takes_next else accepted + 1
+            session.extend(trace[pos : pos + step])
+            pos += step
         session.close()
-    return np.array(drafted, dtype=np.int64), np.array(accepted, dtype=np.int64)
 
 
 def _cut_beside(walk: tuple[np.ndarray, np.ndarray], run: dict, cost: float) -> dict:
