@@ -188,12 +188,13 @@ def write_html_report(warehouse: Path, results: dict, path: Path, top: int = 20,
     with Warehouse(warehouse, read_only=True, dataset=results["dataset"], memory_limit=None) as wh:
         positions = wh.query("report/run_positions", {"run_id": run_id}).fetchall()
         contexts, longest, contexts_note = [], [], CONTEXTS_GONE
-        # the contexts' text and counts come from the dataset's traces as they are now: none where
-        # they were replaced since the run (they were another trace's, at the run's positions)
-        if not data_changed_since(wh, run_id):
+        # the contexts' text and counts, like the browser's traces, come from the dataset's traces
+        # as they are now: none where they were replaced since the run (another trace's text)
+        replaced = data_changed_since(wh, run_id)
+        if not replaced:
             wh.materialize("report/run_hitting_contexts", {"run_id": run_id}, temp=True)
             contexts = wh.query("report/run_top_contexts", {"top": top}).fetchall()
             longest = wh.query("report/run_longest_contexts", {"top": top}).fetchall()
             contexts_note = ""
-        browser = browser_data(wh, results, all_traces)
+        browser = browser_data(wh, results, all_traces, replaced)
     return write_text(path, build_html(results, positions, contexts, longest, browser, contexts_note))

@@ -28,15 +28,17 @@ from specdraft.warehouse.connection import Warehouse
 TOP, BOTTOM, SAMPLE = 2, 2, 4  # traces embedded (unless all): about 1 MB of page for 16-token drafts
 
 
-def browser_data(wh: Warehouse, results: dict, all_traces: bool = False) -> dict:
+def browser_data(wh: Warehouse, results: dict, all_traces: bool = False, replaced: bool | None = None) -> dict:
     """What the browser embeds: the traces listed, and for the embedded ones their tokens, the
-    run's choice at each position and every source's draft there."""
+    run's choice at each position and every source's draft there. replaced: whether the dataset
+    was ingested afresh since the run (pipeline.data_changed_since), if the caller knows."""
     from specdraft.pipeline import data_changed_since, stale_stages
 
     run_id = results["run_id"]
     listing = wh.query("report/trace_acceptance", {"run_id": run_id}).fetchall()
     # the text comes from the dataset's traces as they are now: none, where they changed since
-    replaced = data_changed_since(wh, run_id)
+    if replaced is None:
+        replaced = data_changed_since(wh, run_id)
     chosen = set() if replaced else _embedded(listing, all_traces)
     wh.register("browser_traces", pa.table({"trace_id": pa.array(sorted(chosen), pa.int64())}))
     tokens = wh.query("report/browser_tokens", {"run_id": run_id}).to_arrow_table()
