@@ -112,12 +112,12 @@ def _check_columns(frame: pl.DataFrame, label: str, columns: ColumnMap, split: b
     roles = {"problem": columns.problem, "reasoning": columns.reasoning}
     roles |= {"split": columns.split} if split else {}
     roles |= {"problem-source": columns.problem_source} if columns.problem_source in keep else {}
-    named = list(roles.items())
-    for i, (role, name) in enumerate(named):
-        other = next((r for r, n in named[i + 1:] if n == name), None)
-        if other is not None:
-            raise SpecdraftError(f"{label}: --{role}-column and --{other}-column both name column {name!r}; "
+    role_of: dict[str, str] = {}
+    for role, name in roles.items():
+        if name in role_of:
+            raise SpecdraftError(f"{label}: --{role_of[name]}-column and --{role}-column both name column {name!r}; "
                                  "each needs a column of its own")
+        role_of[name] = role
     frame = frame.select(keep)
     for name in keep:
         dtype = frame.schema[name]
