@@ -79,22 +79,17 @@ def drafted_ranks(continuations: pa.Table, cfg: RunConfig) -> dict[int, int]:
     """Per context length, the rank of the continuation cfg's preset drafts from the looked-up
     context's ranked continuations (lookup_continuations rows): its most supported path
     (ngram_paths.py) where the preset chooses by support, else the most frequent."""
-    import numpy as np
-
-    from specdraft.drafters.ngram_paths import path_choices
+    from specdraft.drafters.ngram_paths import Continuations, path_choices
     from specdraft.policy import policy_for
 
     if not continuations.num_rows:
         return {}
     if not policy_for(cfg.preset).ngram_by_support:
         return {ctx_len: 1 for ctx_len in continuations.column("ctx_len").to_pylist()}
-    drafts = continuations.column("draft").to_pylist()
-    tokens = np.full((len(drafts), max(map(len, drafts), default=0) or 1), -1, dtype=np.int64)
-    for row, draft in enumerate(drafts):
-        tokens[row, : len(draft)] = draft
-    order = pc.sort_indices(continuations, [(c, "ascending") for c in ("ctx_len", "ctx_hash", "rank")])
-    chosen = path_choices(continuations.select(["ctx_len", "ctx_hash", "rank", "count"]).take(order),
-                          tokens[order.to_numpy()])
+    ordered = continuations.take(pc.sort_indices(continuations, [(c, "ascending") for c in ("ctx_len", "ctx_hash",
+                                                                                           "rank")]))
+    chosen = path_choices(ordered.select(["ctx_len", "ctx_hash", "rank", "count"]),
+                          Continuations.of_lists(ordered.column("draft")))
     return dict(zip(chosen.column("ctx_len").to_pylist(), chosen.column("rank").to_pylist(), strict=True))
 
 

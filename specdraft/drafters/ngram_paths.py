@@ -96,6 +96,15 @@ class Continuations:
     width: int
 
     @classmethod
+    def of_lists(cls, lists: pa.Array | pa.ChunkedArray) -> Continuations:
+        """A row of tokens each, as Arrow lists (lookup's ranked continuations)."""
+        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+        offsets = lists.offsets.to_numpy().astype(np.int64)
+        lengths = np.diff(offsets)
+        return cls(lists.flatten().to_numpy(zero_copy_only=False), offsets[:-1] - offsets[0], lengths,
+                   int(lengths.max(initial=0)))
+
+    @classmethod
     def of_matrix(cls, tokens: np.ndarray) -> Continuations:
         """A row of tokens each (-1 past a row's end)."""
         n, width = tokens.shape
