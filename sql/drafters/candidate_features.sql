@@ -18,6 +18,7 @@ with drafts as not materialized (
     -- candidates again rather than holding a copy of every draft
     select
         *,
+        rowid as candidate_row,
         coalesce(draft[1], -1) as t1,
         hash(trace_id, pos, t1) as prefix1_key,
         hash(trace_id, pos, t1, coalesce(draft[2], -1)) as prefix2_key,
@@ -104,4 +105,4 @@ join prefix1 as p1 using (prefix1_key)
 join prefix2 as p2 using (prefix2_key)
 join prefix4 as p4 using (prefix4_key)
 join prefix8 as p8 using (prefix8_key)
-join draft_known_tokens as k on k.trace_id = d.trace_id and k.pos = d.pos and k.source = d.source
+join draft_known_tokens as k on k.candidate_row = d.candidate_row

@@ -1,5 +1,5 @@
 -- out: draft_known_tokens
--- grain: trace_id, pos, source
+-- grain: candidate_row
 -- reads: candidates, selected_traces, query_positions
 -- params: $from_trace_id BIGINT, $to_trace_id BIGINT, $unseen_distance INTEGER
 -- (a build intermediate, a run of traces at a time: candidate_features reads it) Whether the text
@@ -37,9 +37,9 @@ latest as (
     asof left join known_tokens as o on o.trace_id = f.trace_id and o.token = f.token and o.token_pos < f.pos
 )
 select
-    d.trace_id,
-    d.pos,
-    d.source,
+    -- the draft's row of candidates, which candidate_features joins on (one integer, not the
+    -- grain's three columns)
+    d.rowid as candidate_row,
     ((latest.occurrence is not null)::integer
         + coalesce(k2.first_pos < d.pos, false)::integer
         + coalesce(k3.first_pos < d.pos, false)::integer
