@@ -9,6 +9,9 @@ read sorted by key once, LengthPicks) for every walk still going.
 
 A walk's next step probes only the lengths its last step leaves possible (next_step_bounds): on the
 development set that is 40% fewer probes, and the same drafts.
+
+The picks are read first (BackoffWalk.prepare), on a cursor of their own; the walk (run) is then
+numpy alone where they are in memory, which the candidates stage runs in a thread beside its SQL.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -57,21 +61,54 @@ def backoff_score(ctx_lens: list[int], counts: list[int], totals: list[int]) -> 
     return mean_len * 5.5 + mean_conf * 8.0
 
 
+def backoff_windows(wh: Warehouse) -> pa.Table:
+    """The query traces' tokens and query positions (query_windows.sql), which the walks start from."""
+    return wh.query("drafters/query_windows").to_arrow_table()
+
+
 def backoff_candidates(wh: Warehouse, cfg: RunConfig) -> pa.Table:
     """Backoff drafts at every query position, as an Arrow table for the candidates table."""
-    lengths = sorted(cfg.effective_backoff_lengths, reverse=True)
-    width = max(lengths) if lengths else 1
-    trace_ids, known, matrix = query_windows(wh.query("drafters/query_windows").to_arrow_table(), width)
+    windows = backoff_windows(wh)
     with wh.outside_transaction() as lookups:  # the walk reads backoff_top_tokens, built and committed
-        if len(known) and LengthPicks.fit_beside(lookups):
+        return BackoffWalk.prepare(wh, lookups, cfg, windows).run()
+
+
+@dataclass(frozen=True)
+class BackoffWalk:
+    """The walks from `windows` (backoff_windows: made into query_windows()' matrix when they run),
+    their picks read: in memory (LengthPicks), where
+    run() is numpy alone and may run in a thread beside statements on the warehouse; else looked
+    up by joins on the cursor they were prepared with (TablePicks), where run() is DuckDB's."""
+
+    picks: dict[int, LengthPicks | TablePicks]
+    windows: pa.Table
+    lengths: list[int]
+    draft_len: int
+
+    @classmethod
+    def prepare(cls, wh: Warehouse, lookups: Warehouse, cfg: RunConfig, windows: pa.Table) -> Self:
+        """lookups: wh.outside_transaction(), which reads backoff_top_tokens as built and committed."""
+        lengths = sorted(cfg.effective_backoff_lengths, reverse=True)
+        if windows.num_rows and LengthPicks.fit_beside(lookups):
             # read one length after another: on two cursors side by side the reads were no faster
             # and the seed preset's peak rose from 0.84-0.92 to 0.89-1.00 GiB
             picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths}
             wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
-            return _walk_in_parts(picks, lengths, width, trace_ids, known, matrix, cfg.draft_len)
-        # (or no walks: none is looked up); one connection, so one walk
-        picks = {ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}
-        return _as_table(trace_ids, known, *_walk(picks, lengths, width, known, matrix, cfg.draft_len))
+        else:  # (or no walks: none is looked up)
+            picks = {ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}
+        return cls(picks, windows, lengths, cfg.draft_len)
+
+    @property
+    def in_memory(self) -> bool:
+        return not any(isinstance(picks, TablePicks) for picks in self.picks.values())
+
+    def run(self) -> pa.Table:
+        width = max(self.lengths) if self.lengths else 1
+        trace_ids, known, matrix = query_windows(self.windows, width)
+        if self.in_memory:
+            return _walk_in_parts(self.picks, self.lengths, width, trace_ids, known, matrix, self.draft_len)
+        # one connection, so one walk
+        return _as_table(trace_ids, known, *_walk(self.picks, self.lengths, width, known, matrix, self.draft_len))
 
 
 def _walk_in_parts(picks: dict[int, LengthPicks], lengths: list[int], width: int, trace_ids: np.ndarray,

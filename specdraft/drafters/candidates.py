@@ -1,14 +1,16 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
-    query_positions, token_windows (SQL: the tokens after and before every position)
-                    -> copy_candidates   (SQL: window over context keys of the same trace)
+    query_positions -> backoff_candidates (greedy walk: numpy keys + searches in its picks,
+                                          backoff_walk.py; in a thread beside the next four)
+                    -> prompt_candidates (Python text rules, autocomplete.py; in a thread too)
+                    -> arithmetic_candidates (Python: the calculation just written out,
+                                          arithmetic.py; --preset default)
+                    -> token_windows     (SQL: the tokens after and before every position)
+                    -> context_occurrences (SQL: window over context keys of the same trace)
+                    -> copy_candidates   (SQL: view over context_occurrences)
                     -> ngram_choices     (SQL: each context's two continuations to draft; by
                                           support under --preset default, ngram_paths.py)
                     -> ngram_candidates  (SQL: join with ngram_choices)
-                    -> backoff_candidates (greedy walk: numpy keys + SQL joins, backoff_walk.py)
-                    -> prompt_candidates (Python text rules, autocomplete.py)
-                    -> arithmetic_candidates (Python: the calculation just written out,
-                                          arithmetic.py; --preset default)
                     -> recent_copy_candidates, ngram_all_candidates (beyond the seed; views,
                                           read once, by candidates)
                     -> online_candidates (the online scenario, --online)
@@ -27,7 +29,7 @@ from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.drafters.arithmetic import Arithmetic
 from specdraft.drafters.autocomplete import PromptAutocomplete
-from specdraft.drafters.backoff_walk import backoff_candidates
+from specdraft.drafters.backoff_walk import BackoffWalk, backoff_windows
 from specdraft.drafters.ngram_paths import build_ngram_choices
 from specdraft.policy import policy_for
 from specdraft.policy.confidence import UNSEEN_DISTANCE
@@ -58,14 +60,19 @@ VIEW_ROOM_PER_POSITION = 4000
 
 
 def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
-    wh.materialize(
-        "drafters/query_positions",
-        {"stride": cfg.calibration_stride, "calibration_max_positions": cfg.calibration_max_positions},
-    )
-    # the tokens around every position of the query traces, which the candidates and the copy
-    # sources read instead of slicing a trace's whole token list per row (kept: the copy sources'
-    # views read it)
+    """The query positions and what the SQL sources read around them (build_query_windows)."""
+    wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
+                                                "calibration_max_positions": cfg.calibration_max_positions})
+    build_query_windows(wh, cfg)
+
+
+def build_query_windows(wh: Warehouse, cfg: RunConfig) -> None:
+    """The tokens around every query position (token_windows), which the candidates and the copy
+    sources read instead of slicing a trace's whole token list per row, and where each position's
+    contexts occurred earlier in its trace (context_occurrences), which both copy sources read.
+    Both kept: the copy sources' views read them."""
     wh.materialize("drafters/token_windows", {"draft_len": cfg.draft_len})
+    wh.materialize("drafters/context_occurrences", {"draft_len": cfg.draft_len})
 
 
 def prompt_candidates(traces: list[tuple], tokenizer: Tokenizer, cfg: RunConfig,
@@ -118,22 +125,36 @@ def _drafts_table(family: str, rows: list[tuple]) -> pa.Table:
 
 
 def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path) -> None:
-    build_query_positions(wh, cfg)
+    wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
+                                                "calibration_max_positions": cfg.calibration_max_positions})
     policy = policy_for(cfg.preset)
-    build_ngram_choices(wh, cfg, policy.ngram_by_support)
-    traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
-    # Prompt autocomplete (then arithmetic) is Python over text; the walk's searches (and the SQL
-    # sources, where they are tables) are DuckDB and numpy, which let go of the GIL: the two run
-    # side by side (on the development set the stage took 6.9 s with them in turn).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
+    # The backoff walk (numpy, which lets go of the GIL, once its picks are read here) runs beside
+    # the statements that make the SQL sources' tables and the n-gram choices, and prompt
+    # autocomplete (then arithmetic), Python over text, beside both. On the development set the
+    # stage took 6.9 s with the last two in turn. With the walk after the statements, `specdraft
+    # candidates` on a built warehouse took 9.80 s (mean of 6, alternated, on a busy machine)
+    # against 9.41 s with it beside them, and peaked at 867 MB against 973 MB: the picks are held
+    # while the statements run. Its picks are read first and alone: a read on the cursor while
+    # this connection's statement is done (release_cached_memory lowers DuckDB's memory limit for
+    # a moment) aborted the stage's transaction.
+    with wh.outside_transaction() as lookups, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="backoff-walk") as walker, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
+        walk = BackoffWalk.prepare(wh, lookups, cfg, backoff_windows(wh))
+        # (its picks looked up by joins on the cursor instead: then in turn, after the SQL)
+        backoff = walker.submit(walk.run) if walk.in_memory else None
+        traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg, policy.text_from_tokens)
         arithmetic = beside.submit(arithmetic_candidates, traces, tokenizer, cfg, "arithmetic" in policy.families)
+        del traces
+        build_query_windows(wh, cfg)
+        build_ngram_choices(wh, cfg, policy.ngram_by_support)
         as_view = _sources_as_views(wh)
-        _source(wh, "copy_candidates",
-                {"copy_context_lengths": list(cfg.copy_context_lengths), "draft_len": cfg.draft_len}, as_view)
+        _source(wh, "copy_candidates", {"copy_context_lengths": list(cfg.copy_context_lengths)}, as_view)
         _source(wh, "ngram_candidates", {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
                 as_view)
-        wh.store("backoff_candidates", backoff_candidates(wh, cfg))
+        wh.store("backoff_candidates", backoff.result() if backoff else walk.run())
+        del walk
         wh.store("prompt_candidates", prompt.result())
         wh.store("arithmetic_candidates", arithmetic.result())
     release_unused_memory()  # the walk's freed arrays, kept by its threads' heaps, before the SQL

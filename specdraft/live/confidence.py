@@ -59,7 +59,7 @@ class Candidate:
 class RecentIndex:
     """Per context length (each length the warehouse keys: n-gram and copy lengths), context key
     -> (earlier places, latest place, second-latest place) over the session's positions before the
-    current one, as recent_copy_candidates.sql's lag() and row_number() see them.
+    current one, as context_occurrences.sql's lag() and row_number() see them.
 
     Positions are added in order (add()); a long prompt's part can be frozen in sorted arrays
     instead of dicts (freeze())."""

@@ -400,7 +400,8 @@ class Session:
         return matrix[:, : self.drafter.feature_width]
 
     def _copy_candidate(self):
-        """sql/drafters/copy_candidates.sql: the longest copy length whose last tokens occurred
+        """sql/drafters/copy_candidates.sql (context_occurrences.sql's copy_match_pos): the longest
+        copy length whose last tokens occurred
         earlier with draft_len known tokens after; its latest such place."""
         tokens, prefix = self.tokens, self._prefix
         n = len(tokens)

@@ -1,6 +1,6 @@
 -- out: recent_copy_candidates
 -- grain: trace_id, pos, source
--- reads: query_context_keys, query_positions, token_windows
+-- reads: context_occurrences, token_windows
 -- params: $enabled BOOLEAN, $draft_len BIGINT
 -- Recent copy (not in the seed): for every context length, the latest and the second-latest
 -- earlier place in the same trace whose last ctx_len tokens equal the last ctx_len known tokens.
@@ -8,16 +8,10 @@
 -- repeating the period (the distance back), which is how a repetition loop continues. Only
 -- known tokens (before pos) are ever read: match_pos + (i mod (pos - match_pos)) < pos.
 with occurrences as (
-    select
-        trace_id,
-        pos,
-        ctx_len,
-        lag(pos, 1) over w as latest,
-        lag(pos, 2) over w as second_latest,
-        row_number() over w - 1 as earlier_occurrences
-    from query_context_keys
+    -- (context_occurrences.sql: the query positions whose context occurred earlier)
+    select trace_id, pos, ctx_len, latest, second_latest, earlier_occurrences
+    from context_occurrences
     where $enabled
-    window w as (partition by trace_id, ctx_len, ctx_hash order by pos)
 ),
 matches as (
     select trace_id, pos, ctx_len, latest as match_pos, earlier_occurrences, 'recent-copy' as family
@@ -44,5 +38,4 @@ select
         lambda i: w.next_tokens[(i % (m.pos - m.match_pos)) + 1]
     ) as draft
 from matches as m
-semi join query_positions as q on q.trace_id = m.trace_id and q.pos = m.pos
 join token_windows as w on w.trace_id = m.trace_id and w.pos = m.match_pos
