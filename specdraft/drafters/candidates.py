@@ -1,12 +1,13 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
-    query_positions -> backoff_candidates (greedy walk: numpy keys + searches in its picks,
-                                          backoff_walk.py; in a thread beside the next four)
-                    -> prompt_candidates (Python text rules, autocomplete.py; in a thread too)
+    query_positions -> prompt_candidates (Python text rules, autocomplete.py; in a thread beside
+                                          the next four)
                     -> arithmetic_candidates (Python: the calculation just written out,
                                           arithmetic.py; --preset default)
                     -> token_windows     (SQL: the tokens after and before every position)
                     -> context_occurrences (SQL: window over context keys of the same trace)
+                    -> backoff_candidates (greedy walk: numpy keys + searches in its picks,
+                                          backoff_walk.py; in a thread beside the n-gram choices)
                     -> copy_candidates   (SQL: view over context_occurrences)
                     -> ngram_choices     (SQL: each context's two continuations to draft; by
                                           support under --preset default, ngram_paths.py)
@@ -128,26 +129,25 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
                                                 "calibration_max_positions": cfg.calibration_max_positions})
     policy = policy_for(cfg.preset)
-    # The backoff walk (numpy, which lets go of the GIL, once its picks are read here) runs beside
-    # the statements that make the SQL sources' tables and the n-gram choices, and prompt
-    # autocomplete (then arithmetic), Python over text, beside both. On the development set the
-    # stage took 6.9 s with the last two in turn. With the walk after the statements, `specdraft
-    # candidates` on a built warehouse took 9.80 s (mean of 6, alternated, on a busy machine)
-    # against 9.41 s with it beside them, and peaked at 867 MB against 973 MB: the picks are held
-    # while the statements run. Its picks are read first and alone: a read on the cursor while
-    # this connection's statement is done (release_cached_memory lowers DuckDB's memory limit for
-    # a moment) aborted the stage's transaction.
+    # Prompt autocomplete (then arithmetic), Python over text, runs beside the SQL sources'
+    # statements, and the backoff walk (numpy, which lets go of the GIL, once its picks are read
+    # here) beside the n-gram choices. On the development set the stage took 6.9 s with the first
+    # in turn. Started before the SQL sources' statements, the walk held its picks while they ran:
+    # the stage peaked at 1.04 GiB against 0.97 GiB (--preset default, sampled in process), and
+    # `specdraft bench` saw the seed preset's run peak at 0.94 GiB against 0.86 GiB. Its picks are read first and alone: a read on the cursor while this
+    # connection's statement is done (release_cached_memory lowers DuckDB's memory limit for a
+    # moment) aborted the stage's transaction.
     with wh.outside_transaction() as lookups, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="backoff-walk") as walker, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
-        walk = BackoffWalk.prepare(wh, lookups, cfg, backoff_windows(wh))
-        # (its picks looked up by joins on the cursor instead: then in turn, after the SQL)
-        backoff = walker.submit(walk.run) if walk.in_memory else None
         traces = wh.query("drafters/query_traces", {"traces_path": str(traces_path)}).fetchall()
         prompt = beside.submit(prompt_candidates, traces, tokenizer, cfg, policy.text_from_tokens)
         arithmetic = beside.submit(arithmetic_candidates, traces, tokenizer, cfg, "arithmetic" in policy.families)
         del traces
         build_query_windows(wh, cfg)
+        walk = BackoffWalk.prepare(wh, lookups, cfg, backoff_windows(wh))
+        # (its picks looked up by joins on the cursor instead: then in turn, after the SQL)
+        backoff = walker.submit(walk.run) if walk.in_memory else None
         build_ngram_choices(wh, cfg, policy.ngram_by_support)
         as_view = _sources_as_views(wh)
         _source(wh, "copy_candidates", {"copy_context_lengths": list(cfg.copy_context_lengths)}, as_view)
