@@ -3,6 +3,7 @@ warehouse: its name, the signature of its input, the traces file and its catalog
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from specdraft.config import RunConfig
@@ -53,6 +54,7 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
         read_metadata,
         split_limits,
         tokenize_more,
+        tokenized_traces,
         traces_path,
         write_traces,
     )
@@ -73,9 +75,13 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
             say(f"{data or dataset} is not the input dataset {name!r} was ingested from, or it changed: "
                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)",
                 always=True)
-        write_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, path, source, limits)
-        meta = read_metadata(path)
-        register_dataset(wh, name, path, meta, tokenizer)
+        table, meta = tokenized_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, source, limits)
+        # the file is written (Arrow's writer lets go of the GIL) while the catalog takes the
+        # dataset's vocabulary, and is in place before the catalog commits
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traces-writer") as writer:
+            written = writer.submit(write_traces, table, meta, path)
+            del table
+            register_dataset(wh, name, path, meta, tokenizer, before_commit=written.result)
         return path, meta
     if not covers(meta.get("tokenized"), limits):
         meta = tokenize_more(path, meta, tokenizer, limits)  # the file's version, and so the catalog's row, unchanged

@@ -123,9 +123,10 @@ def _with_metadata(table: pa.Table, metadata: dict) -> pa.Table:
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
 
 
-def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str,
-                 limits: dict[str, int] = EVERY_ROW) -> Path:
-    """Tokenize the rows `limits` select and write every row atomically (temporary file, then rename)."""
+def tokenized_traces(rows: pa.Table, tokenizer: Tokenizer, source: str,
+                     limits: dict[str, int] = EVERY_ROW) -> tuple[pa.Table, dict]:
+    """The traces file's rows (the rows `limits` select tokenized) and its metadata, as
+    read_metadata will read it back (write_traces writes them)."""
     tokenized = tokenize_rows(rows, tokenizer, limits)
     trace_ids = pa.array(range(tokenized.num_rows), pa.int64())
     table = tokenized.add_column(0, "trace_id", trace_ids)
@@ -137,6 +138,11 @@ def write_traces(rows: pa.Table, tokenizer: Tokenizer, path: Path, source: str,
     }
     if limits != EVERY_ROW:
         metadata["tokenized"] = dict(limits)
+    return table, json.loads(json.dumps(metadata))
+
+
+def write_traces(table: pa.Table, metadata: dict, path: Path) -> Path:
+    """tokenized_traces' rows and metadata, written atomically (temporary file, then rename)."""
     with atomic_path(path) as partial:
         pq.write_table(_with_metadata(table, metadata), partial, compression="zstd")
     return path

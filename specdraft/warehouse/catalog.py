@@ -4,16 +4,22 @@ main.dataset_versions (every ingest and append) behind the main.datasets view.""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from specdraft.warehouse.connection import Warehouse
 
 
-def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer) -> None:
-    """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog."""
+def register_dataset(wh: Warehouse, name: str, path: Path, meta: dict, tokenizer,
+                     before_commit: Callable[[], object] | None = None) -> None:
+    """The dataset's vocab table and as_text() macro in its schema, and its row in the catalog.
+    before_commit: called last before the commit (what must be done by then: the traces file
+    written, which ingest writes meanwhile); if it raises, nothing is committed."""
     with wh.transaction("register_dataset"):
         store_vocab(wh, tokenizer)
         record_dataset_version(wh, name, path, meta, meta.get("source"))
+        if before_commit is not None:
+            before_commit()
 
 
 def store_vocab(wh: Warehouse, tokenizer) -> None:
