@@ -225,7 +225,6 @@ def _make_out(out: str) -> None:
 
 def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     from specdraft.pipeline import run_until
-    from specdraft.report.results import write_outputs
     from specdraft.warehouse.connection import check_warehouse_path
 
     check_warehouse_path(Path(inputs.warehouse))  # before --out is made
@@ -234,6 +233,7 @@ def _run(cfg, inputs, out: str | None, leave_one_out: bool = False) -> dict:
     results = run_until("report", cfg, inputs, leave_one_out=leave_one_out)
     if out:
         from specdraft.report.html import write_html_report
+        from specdraft.report.results import write_outputs
 
         write_outputs(results, Path(out))
         write_html_report(Path(inputs.warehouse), results, Path(out) / "report.html")
