@@ -43,6 +43,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     partial = partial_path(path)
     try:
         yield partial
+        rename_partial(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def rename_partial(partial: Path, path: Path) -> None:
+    """atomic_path's last step on its own: the written temporary file `partial` (partial_path)
+    renamed over `path`, for a writer that must have the file in place at a moment of its own
+    choosing (ingest: before the catalog commits) and removes the partial itself otherwise."""
+    try:
         reach(f"write:{path.name}:before_rename")
         os.replace(partial, path)
         reach(f"write:{path.name}:after_rename")
@@ -51,8 +61,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             raise
         # the user's path, not the temporary one beside it, which they never named
         raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -282,3 +282,34 @@ def test_span_index_answers_like_the_seed_table(seed):
     queries = list(table) + [k[:-1] for k in table] + [k + "z" for k in list(table)[:50]] + ["", "ab", "zzzz"]
     for query in queries:
         assert index.get(query) == table.get(query), query
+
+
+@pytest.mark.parametrize("picks", ["in memory, in turn", "looked up by joins"])
+def test_the_backoff_walk_drafts_alike_beside_the_sql_in_turn_or_by_joins(tmp_path, picks, monkeypatch):
+    """The candidates stage runs the backoff walk in a thread beside the n-gram choices where there
+    is room for its picks twice (BackoffWalk.beside), else after the SQL sources on this thread,
+    with its picks in memory or (where they do not fit at all) looked up by joins on the cursor.
+    Every way gives the same candidates table."""
+    import threading
+
+    from specdraft.drafters.backoff_walk import BackoffWalk
+    from specdraft.tables.backoff_picks import LengthPicks
+    from specdraft.warehouse.connection import Warehouse
+
+    walked_on, run = [], BackoffWalk.run
+    monkeypatch.setattr(BackoffWalk, "run", lambda self: walked_on.append(threading.current_thread().name) or run(self))
+
+    def candidates(where):
+        walked_on.clear()
+        run_until("candidates", CFG, RunInputs(where, str(FIXTURES / "parity_traces.parquet")))
+        with Warehouse(where, dataset="parity_traces", read_only=True) as wh:
+            return wh.run_text("select * exclude (family_order) from candidates order by all").fetchall()
+
+    beside = candidates(tmp_path / "beside")
+    assert [name.startswith("backoff-walk") for name in walked_on] == [True]
+    fits = {"in memory, in turn": lambda wh, times=1: times == 1, "looked up by joins": lambda wh, times=1: False}
+    monkeypatch.setattr(LengthPicks, "fit_beside", staticmethod(fits[picks]))
+    other = candidates(tmp_path / "other")
+    assert walked_on == ["MainThread"]
+    assert len(beside) > 1000 and any(row[4] == "backoff" for row in beside)
+    assert other == beside

@@ -947,3 +947,38 @@ def test_an_old_directory_moved_aside_by_a_killed_writer_is_put_back(tmp_path):
         (new / "manifest.json").write_text("new")
     assert (bundle / "manifest.json").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"]
+
+
+def test_ctrl_c_while_a_changed_input_is_ingested_afresh_keeps_the_stored_dataset(tmp_path):
+    """Ingest writes the traces file in a thread while the catalog takes the vocabulary, and renames
+    it into place on its main thread just before the catalog commits. SIGINT there (the failpoint at
+    that rename) exits 130 and leaves the stored file (with its append), the catalog and no
+    temporary file: the writer's thread never sees a Ctrl-C, so a rename of its own would have
+    replaced the dataset behind the rolled-back catalog."""
+    first, more = tmp_path / "s.parquet", tmp_path / "more.parquet"
+    write_traces_parquet(first, n_traces=60, seed=1)
+    write_traces_parquet(more, n_traces=8, seed=2)
+    warehouse = tmp_path / "wh"
+
+    def ingest(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess:
+        env = {name: value for name, value in os.environ.items() if name != "SPECDRAFT_FAILPOINT"}
+        if failpoint:
+            env["SPECDRAFT_FAILPOINT"] = failpoint
+        return subprocess.run([sys.executable, "-m", "specdraft.cli", "ingest", "--warehouse", str(warehouse), *args],
+                              capture_output=True, text=True, env=env, check=False)
+
+    assert ingest("--data", str(first)).returncode == 0
+    assert ingest("--append", "--data", str(more), "--name", "s").returncode == 0
+    stored = warehouse / "traces" / "s.parquet"
+    before = stored.read_bytes()
+    with Warehouse(warehouse, read_only=True) as wh:
+        catalog = wh.run_text("select * from main.dataset_versions order by all").fetchall()
+    assert pq.read_metadata(stored).num_rows == 68
+
+    os.utime(first, ns=(time.time_ns(), time.time_ns() + 10**9))  # a changed input: ingested afresh
+    done = ingest("--data", str(first), failpoint="write:s.parquet:before_rename=interrupt")
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (130, "specdraft: interrupted"), done.stderr
+    assert stored.read_bytes() == before
+    assert sorted(p.name for p in stored.parent.iterdir()) == ["s.parquet"]
+    with Warehouse(warehouse, read_only=True) as wh:
+        assert wh.run_text("select * from main.dataset_versions order by all").fetchall() == catalog

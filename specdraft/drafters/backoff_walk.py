@@ -84,6 +84,9 @@ class BackoffWalk:
     windows: pa.Table
     lengths: list[int]
     draft_len: int
+    # run() may go beside other work: its picks are in memory, and there is room beside DuckDB
+    # for them twice over (the walk's own arrays, and what runs beside it, take about as much)
+    beside: bool = False
 
     @classmethod
     def prepare(cls, wh: Warehouse, lookups: Warehouse, cfg: RunConfig, windows: pa.Table) -> Self:
@@ -94,18 +97,14 @@ class BackoffWalk:
             # and the seed preset's peak rose from 0.84-0.92 to 0.89-1.00 GiB
             picks = {ctx_len: LengthPicks.read(lookups, ctx_len) for ctx_len in lengths}
             wh.release_cached_memory()  # the table's blocks: the picks are all the walk reads of it
-        else:  # (or no walks: none is looked up)
-            picks = {ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}
-        return cls(picks, windows, lengths, cfg.draft_len)
-
-    @property
-    def in_memory(self) -> bool:
-        return not any(isinstance(picks, TablePicks) for picks in self.picks.values())
+            return cls(picks, windows, lengths, cfg.draft_len, beside=LengthPicks.fit_beside(lookups, times=2))
+        # (or no walks: none is looked up)
+        return cls({ctx_len: TablePicks(lookups, ctx_len) for ctx_len in lengths}, windows, lengths, cfg.draft_len)
 
     def run(self) -> pa.Table:
         width = max(self.lengths) if self.lengths else 1
         trace_ids, known, matrix = query_windows(self.windows, width)
-        if self.in_memory:
+        if not any(isinstance(picks, TablePicks) for picks in self.picks.values()):
             return _walk_in_parts(self.picks, self.lengths, width, trace_ids, known, matrix, self.draft_len)
         # one connection, so one walk
         return _as_table(trace_ids, known, *_walk(self.picks, self.lengths, width, known, matrix, self.draft_len))

@@ -1,14 +1,14 @@
 """Stage 5: every source's draft at every query position, and how much of it is accepted.
 
     query_positions -> prompt_candidates (Python text rules, autocomplete.py; in a thread beside
-                                          the next four)
+                                          the SQL and the walk)
                     -> arithmetic_candidates (Python: the calculation just written out,
                                           arithmetic.py; --preset default)
                     -> token_windows     (SQL: the tokens after and before every position)
                     -> context_occurrences (SQL: window over context keys of the same trace)
                     -> backoff_candidates (greedy walk: numpy keys + searches in its picks,
                                           backoff_walk.py; in a thread beside the n-gram choices)
-                    -> copy_candidates   (SQL: view over context_occurrences)
+                    -> copy_candidates   (SQL: over context_occurrences)
                     -> ngram_choices     (SQL: each context's two continuations to draft; by
                                           support under --preset default, ngram_paths.py)
                     -> ngram_candidates  (SQL: join with ngram_choices)
@@ -131,12 +131,13 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
     policy = policy_for(cfg.preset)
     # Prompt autocomplete (then arithmetic), Python over text, runs beside the SQL sources'
     # statements, and the backoff walk (numpy, which lets go of the GIL, once its picks are read
-    # here) beside the n-gram choices. On the development set the stage took 6.9 s with the first
-    # in turn. Started before the SQL sources' statements, the walk held its picks while they ran:
-    # the stage peaked at 1.04 GiB against 0.97 GiB (--preset default, sampled in process), and
-    # `specdraft bench` saw the seed preset's run peak at 0.94 GiB against 0.86 GiB. Its picks are read first and alone: a read on the cursor while this
-    # connection's statement is done (release_cached_memory lowers DuckDB's memory limit for a
-    # moment) aborted the stage's transaction.
+    # here) beside the n-gram choices, where there is room for it (BackoffWalk.beside). On the
+    # development set the stage took 6.9 s with the first in turn. Started before the SQL sources'
+    # statements, the walk held its picks while they ran: the stage peaked at 1.04 GiB against 0.97
+    # GiB (--preset default, sampled in process), and `specdraft bench` saw the seed preset's run
+    # peak at 0.94 GiB against 0.86 GiB. Its picks are read first and alone: a read on the cursor
+    # while this connection's statement was done (release_cached_memory lowers DuckDB's memory
+    # limit for a moment) aborted the stage's transaction.
     with wh.outside_transaction() as lookups, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="backoff-walk") as walker, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-autocomplete") as beside:
@@ -146,17 +147,16 @@ def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces
         del traces
         build_query_windows(wh, cfg)
         walk = BackoffWalk.prepare(wh, lookups, cfg, backoff_windows(wh))
-        # (its picks looked up by joins on the cursor instead: then in turn, after the SQL)
-        backoff = walker.submit(walk.run) if walk.in_memory else None
+        backoff = walker.submit(walk.run) if walk.beside else None  # (else in turn, after the SQL)
         build_ngram_choices(wh, cfg, policy.ngram_by_support)
         as_view = _sources_as_views(wh)
         _source(wh, "copy_candidates", {"copy_context_lengths": list(cfg.copy_context_lengths)}, as_view)
         _source(wh, "ngram_candidates", {"context_lengths": list(cfg.context_lengths), "draft_len": cfg.draft_len},
                 as_view)
         wh.store("backoff_candidates", backoff.result() if backoff else walk.run())
-        del walk
         wh.store("prompt_candidates", prompt.result())
         wh.store("arithmetic_candidates", arithmetic.result())
+        del walk, backoff, prompt, arithmetic  # (the futures hold their tables)
     release_unused_memory()  # the walk's freed arrays, kept by its threads' heaps, before the SQL
     for table, family, more in VIEWED_SOURCES:
         proposes = {param: name in policy.families for param, name in more.items()}

@@ -400,9 +400,9 @@ class Session:
         return matrix[:, : self.drafter.feature_width]
 
     def _copy_candidate(self):
-        """sql/drafters/copy_candidates.sql (context_occurrences.sql's copy_match_pos): the longest
-        copy length whose last tokens occurred
-        earlier with draft_len known tokens after; its latest such place."""
+        """sql/drafters/copy_candidates.sql, over context_occurrences.sql's copy_match_pos: the
+        longest copy length whose last tokens occurred earlier with draft_len known tokens after;
+        its latest such place."""
         tokens, prefix = self.tokens, self._prefix
         n = len(tokens)
         end = prefix[n]

@@ -56,7 +56,6 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
         tokenize_more,
         tokenized_traces,
         traces_path,
-        write_traces,
     )
 
     path = traces_path(wh.traces_dir, name)
@@ -76,18 +75,34 @@ def ingest_dataset(wh: Warehouse, cfg: RunConfig, data: str | None, dataset: str
                 f"ingesting it afresh, which replaces the dataset and its {len(meta['appends'])} append(s)",
                 always=True)
         table, meta = tokenized_traces(read_traces(data, dataset, columns or ColumnMap()), tokenizer, source, limits)
-        # the file is written (Arrow's writer lets go of the GIL) while the catalog takes the
-        # dataset's vocabulary, and is in place before the catalog commits
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traces-writer") as writer:
-            written = writer.submit(write_traces, table, meta, path)
-            del table
-            register_dataset(wh, name, path, meta, tokenizer, before_commit=written.result)
+        _write_and_register(wh, name, path, table, meta, tokenizer)
         return path, meta
     if not covers(meta.get("tokenized"), limits):
         meta = tokenize_more(path, meta, tokenizer, limits)  # the file's version, and so the catalog's row, unchanged
     if not (wh.has_table("vocab") and is_cataloged(wh, name, meta)):
         catch_up(wh, name, path, meta, tokenizer)  # written, then killed before the catalog's commit
     return path, meta
+
+
+def _write_and_register(wh: Warehouse, name: str, path: Path, table, meta: dict, tokenizer) -> None:
+    """The traces file written under a temporary name in a thread (Arrow's writer lets go of the
+    GIL) while the catalog takes the dataset's vocabulary (ingest took 1.19-1.55 s against
+    1.36-1.70 s with the two in turn); renamed into place here, on this thread, just before the
+    catalog commits. Anything that fails or is interrupted before then leaves the stored file as
+    it was, and the temporary one is removed (once the writer is done with it)."""
+    from specdraft.files import make_dirs, partial_path, rename_partial
+    from specdraft.sources.traces import write_traces_file
+
+    make_dirs(path.parent)
+    partial = partial_path(path)
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traces-writer") as writer:
+            written = writer.submit(write_traces_file, table, meta, partial)
+            del table
+            register_dataset(wh, name, path, meta, tokenizer,
+                             before_commit=lambda: rename_partial(written.result(), path))
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _use_stored(meta: dict | None, data, sources: tuple[str, ...]) -> bool:

@@ -126,7 +126,7 @@ def _with_metadata(table: pa.Table, metadata: dict) -> pa.Table:
 def tokenized_traces(rows: pa.Table, tokenizer: Tokenizer, source: str,
                      limits: dict[str, int] = EVERY_ROW) -> tuple[pa.Table, dict]:
     """The traces file's rows (the rows `limits` select tokenized) and its metadata, as
-    read_metadata will read it back (write_traces writes them)."""
+    read_metadata will read it back (write_traces_file writes them)."""
     tokenized = tokenize_rows(rows, tokenizer, limits)
     trace_ids = pa.array(range(tokenized.num_rows), pa.int64())
     table = tokenized.add_column(0, "trace_id", trace_ids)
@@ -141,10 +141,10 @@ def tokenized_traces(rows: pa.Table, tokenizer: Tokenizer, source: str,
     return table, json.loads(json.dumps(metadata))
 
 
-def write_traces(table: pa.Table, metadata: dict, path: Path) -> Path:
-    """tokenized_traces' rows and metadata, written atomically (temporary file, then rename)."""
-    with atomic_path(path) as partial:
-        pq.write_table(_with_metadata(table, metadata), partial, compression="zstd")
+def write_traces_file(table: pa.Table, metadata: dict, path: Path) -> Path:
+    """tokenized_traces' rows and metadata written to `path` as they are: the caller writes a
+    temporary file and renames it (files.rename_partial)."""
+    pq.write_table(_with_metadata(table, metadata), path, compression="zstd")
     return path
 
 

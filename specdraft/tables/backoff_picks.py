@@ -54,14 +54,14 @@ class LengthPicks:
     total: np.ndarray
 
     @staticmethod
-    def fit_beside(wh: Warehouse) -> bool:
+    def fit_beside(wh: Warehouse, times: int = 1) -> bool:
         """Do all lengths' picks, BYTES_PER_PICK each, fit in half of what the run's memory budget
-        leaves beside DuckDB's share? (The development set's 10.1M: 242 MB; 200,000 synthetic
-        traces' 133M would take 3.2 GB.)"""
+        leaves beside DuckDB's share (`times` over: room for as much again beside them)? (The
+        development set's 10.1M: 242 MB; 200,000 synthetic traces' 133M would take 3.2 GB.)"""
         if wh.memory_limit is None:
             return True
         (picks,), = wh.query("drafters/backoff_pick_count").fetchall()
-        return wh.fits_beside_duckdb(picks * BYTES_PER_PICK)
+        return wh.fits_beside_duckdb(times * picks * BYTES_PER_PICK)
 
     @classmethod
     def read(cls, wh: Warehouse, ctx_len: int) -> LengthPicks:
