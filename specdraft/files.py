@@ -44,6 +44,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield partial
         rename_partial(partial, path)
+    except OSError as exc:
+        _raise_naming(exc, partial, path)
     finally:
         partial.unlink(missing_ok=True)
 
@@ -57,10 +59,15 @@ def rename_partial(partial: Path, path: Path) -> None:
         os.replace(partial, path)
         reach(f"write:{path.name}:after_rename")
     except OSError as exc:
-        if exc.filename not in (str(partial), partial):
-            raise
-        # the user's path, not the temporary one beside it, which they never named
-        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        _raise_naming(exc, partial, path)
+
+
+def _raise_naming(exc: OSError, partial: Path, path: Path) -> None:
+    """Raise `exc`, naming the user's path where it names the temporary one beside it, which they
+    never named."""
+    if exc.filename not in (str(partial), partial):
+        raise exc
+    raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
 
 
 @contextmanager
