@@ -61,10 +61,9 @@ VIEW_ROOM_PER_POSITION = 4000
 
 
 def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
-    """The query positions and what the SQL sources read around them (build_query_windows)."""
+    """The calibration and eval positions the sources draft at (query_positions)."""
     wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
                                                 "calibration_max_positions": cfg.calibration_max_positions})
-    build_query_windows(wh, cfg)
 
 
 def build_query_windows(wh: Warehouse, cfg: RunConfig) -> None:
@@ -126,8 +125,7 @@ def _drafts_table(family: str, rows: list[tuple]) -> pa.Table:
 
 
 def build_candidates(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path) -> None:
-    wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
-                                                "calibration_max_positions": cfg.calibration_max_positions})
+    build_query_positions(wh, cfg)
     policy = policy_for(cfg.preset)
     # Prompt autocomplete (then arithmetic), Python over text, runs beside the SQL sources'
     # statements, and the backoff walk (numpy, which lets go of the GIL, once its picks are read
