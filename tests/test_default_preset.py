@@ -55,8 +55,11 @@ def _selected_without(warehouse, family: str | None) -> float:
     family's rows are dropped in SQL (they still count in the other drafts' agreement features, as
     in the pipeline), a fresh model is fitted on the calibration rows left, and each eval position's
     pick (the first highest prediction among the selectable drafts, each draft scored from its
-    first selectable copy) is made in plain Python."""
+    first selectable copy) is made in plain Python. Where the pick is a whole chain family's draft
+    (ConfidencePolicy.chain) whose first token is right, the draft is that token, the next
+    position's pick, and where that is shorter, the pick's own tokens after it."""
     from specdraft.policy.confidence import ConfidencePolicy
+    from specdraft.policy.evaluate import accepted_prefix
     from specdraft.warehouse.connection import Warehouse
 
     def features(split):
@@ -71,18 +74,31 @@ def _selected_without(warehouse, family: str | None) -> float:
         drafts = features("eval")
         positions = wh.run_text("select sum(n_tokens - prompt_len) from selected_traces "
                                    "where split = 'eval'").fetchall()[0][0]
+        tokens = {(t, p, s): d for t, p, s, d in wh.run_text(
+            "select trace_id, pos, source, draft from candidates where split = 'eval'").fetchall()}
+        actual = {(t, p): d for t, p, d in wh.run_text(
+            "select trace_id, pos, next_tokens from token_windows where split = 'eval'").fetchall()}
     best: dict[tuple[int, int], tuple[float, int]] = {}
     scores: dict[tuple[int, int, int], float] = {}  # a draft's score: its first selectable copy's
     rows = zip(drafts.column("trace_id").to_pylist(), drafts.column("pos").to_pylist(),
-               drafts.column("family").to_pylist(), drafts.column("draft_key").to_pylist(),
-               policy.score(drafts).tolist(), drafts.column("accepted").to_pylist())
-    for trace_id, pos, draft_family, draft_key, predicted, accepted in rows:
+               drafts.column("family").to_pylist(), drafts.column("source").to_pylist(),
+               drafts.column("draft_key").to_pylist(), policy.score(drafts).tolist(),
+               drafts.column("accepted").to_pylist())
+    for trace_id, pos, draft_family, source, draft_key, predicted, accepted in rows:
         if draft_family not in SELECTABLE:
             continue
         predicted = scores.setdefault((trace_id, pos, draft_key), predicted)
         if (trace_id, pos) not in best or predicted > best[trace_id, pos][0]:
-            best[trace_id, pos] = (predicted, accepted)
-    return sum(accepted for _, accepted in best.values()) / positions
+            best[trace_id, pos] = (predicted, accepted, draft_family, tokens[trace_id, pos, source])
+    total = 0
+    for (trace_id, pos), (_, accepted, draft_family, draft) in best.items():
+        after = best.get((trace_id, pos + 1))
+        if draft_family in policy.chain and len(draft) == 16 and accepted >= 1 and after is not None:
+            chained = [draft[0], *after[3][:15]]
+            chained += draft[len(chained):]
+            accepted = accepted_prefix(chained, actual[trace_id, pos], 16)
+        total += accepted
+    return total / positions
 
 
 def test_leave_one_out_equals_a_refit_without_the_source(leave_one_out_run):

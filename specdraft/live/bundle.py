@@ -267,6 +267,9 @@ class ConfidenceChoice:
     # bundle of a run before 2026-12-07 reads the prompt's text if given and the line chunk by
     # chunk, as that run did
     text_from_tokens: bool = False
+    # the families after whose pick propose chooses again past the first token
+    # (ConfidencePolicy.chain); a bundle of a run before 2026-12-07: none
+    chain: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -478,7 +481,8 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                 raise SpecdraftError(f"{trees_path}: {exc}") from exc
             curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
             choices = tuple(str(c) for c in data["choices"])
-            unknown = [name for name in (*choices, *data.get("scored", ())) if name not in families.ORDER]
+            chain = tuple(str(c) for c in data.get("chain", ()))
+            unknown = [name for name in (*choices, *data.get("scored", ()), *chain) if name not in families.ORDER]
             if unknown:
                 raise SpecdraftError(f"{path}: draft families {', '.join(map(repr, unknown))} are not "
                                      f"this specdraft's ({', '.join(families.NAMES)})")
@@ -486,7 +490,7 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
                                     data.get("scoring") == "per-draft", proposed_families(data),
-                                    data.get("autocomplete_text") == "tokens")
+                                    data.get("autocomplete_text") == "tokens", chain)
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc

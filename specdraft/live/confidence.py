@@ -41,6 +41,8 @@ RECENT, RECENT_2, NGRAM_ALL, NGRAM_RANK2 = (
     families.ORDER[name] for name in ("recent-copy", "recent-copy-2", "ngram-all", "ngram-rank2"))
 COPY, NGRAM, ONLINE = families.ORDER["copy"], families.ORDER["ngram"], families.ORDER["online"]
 NO_PLACE = -1
+# a journal's mark for a dict key that was not there (Session._assuming deletes it again)
+ABSENT = object()
 WIDTH = len(feature_columns())  # the columns of a feature row
 
 
@@ -71,9 +73,10 @@ class RecentIndex:
         self.frozen: ContextTable | None = None
         self.frozen_rows: tuple[memoryview, memoryview, memoryview] | None = None
 
-    def add(self, prefix: list[int], pos: int) -> list[int]:
+    def add(self, prefix: list[int], pos: int, journal: list | None = None) -> list[int]:
         """Index position `pos` (its context is tokens[pos - ctx_len:pos]); O(lengths). Returns
-        the keys, one per length up to pos."""
+        the keys, one per length up to pos. journal: each (places, key, what it held or ABSENT)
+        it overwrites is appended there."""
         end = prefix[pos]
         found = []
         for ctx_len, power, places in self._by_length:
@@ -82,6 +85,8 @@ class RecentIndex:
             key = (end - prefix[pos - ctx_len] * power) % M
             found.append(key)
             seen = places.get(key)
+            if journal is not None:
+                journal.append((places, key, ABSENT if seen is None else seen))
             places[key] = (1, pos, NO_PLACE) if seen is None else (seen[0] + 1, pos, seen[1])
         return found
 

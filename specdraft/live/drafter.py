@@ -43,6 +43,7 @@ import math
 import numbers
 import operator
 from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
@@ -57,6 +58,7 @@ from specdraft.errors import SpecdraftError
 from specdraft.live import keys
 from specdraft.live.bundle import MANIFEST, Bundle, ConfidenceChoice, read_bundle, read_manifest
 from specdraft.live.confidence import (
+    ABSENT,
     Candidate,
     KnownTokens,
     OnlineStore,
@@ -107,6 +109,7 @@ class Drafter:
         self.choices: frozenset[int] | None = None  # --preset default: the families it may choose
         self.scored: frozenset[int] | None = None  # and the families that branch its token trees
         self.feature_width = 0  # and how many feature columns its trees read
+        self.chain: frozenset[int] = frozenset()  # and the families after whose pick it chooses again
         if isinstance(self.policy, ConfidenceChoice):
             features, columns = list(self.policy.features), list(feature_columns())
             # a bundle from before the last features were added reads the ones before them
@@ -116,6 +119,7 @@ class Drafter:
             self.feature_width = len(features)
             self.choices = frozenset(families.ORDER[name] for name in self.policy.choices)
             self.scored = frozenset(families.ORDER[name] for name in self.policy.scored)
+            self.chain = frozenset(families.ORDER[name] for name in self.policy.chain)
             # the lengths the warehouse keys (query_context_keys.sql): n-gram and copy lengths
             self.recent_lengths = [(n, keys.power(n)) for n in sorted(set(cfg.context_lengths)
                                                                       | set(cfg.copy_context_lengths))]
@@ -252,29 +256,70 @@ class Session:
         ids = self.drafter.checked(token_ids, "token_ids")
         if self._known is not None:
             self._known.add(ids)
-        tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
-        draft_len = self.drafter.draft_len
-        pending = self._pending_keys
         for token in ids:
-            if recent is not None:
-                # the current position becomes an earlier place; its keys are kept until it joins
-                # the copy index, draft_len tokens later (the copy lengths are among the recent ones)
-                pending[len(tokens)] = recent.add(prefix, len(tokens))
-            tokens.append(token)
-            prefix.append((prefix[-1] * B + token + 1) % M)
-            # the position that now has draft_len known tokens after it joins the copy index
-            at = len(tokens) - draft_len
-            if at > 0:
-                known = pending.pop(at, None) if pending is not None else None
-                if known is not None:
-                    for (ctx_len, _, latest), slot in zip(copy, self.drafter.copy_slots):
-                        if ctx_len <= at:
-                            latest[known[slot]] = at
-                    continue
-                end = prefix[at]
-                for ctx_len, power, latest in copy:
-                    if ctx_len <= at:
-                        latest[(end - prefix[at - ctx_len] * power) % M] = at
+            self._add(token)
+
+    def _add(self, token: int, journal: list | None = None) -> None:
+        """extend's step for one token. journal: each (dict, key, what it held or ABSENT) the step
+        overwrites is appended there, for _assuming to put back."""
+        tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
+        pending = self._pending_keys
+        if recent is not None:
+            # the current position becomes an earlier place; its keys are kept until it joins the
+            # copy index, draft_len tokens later (the copy lengths are among the recent ones)
+            pending[len(tokens)] = recent.add(prefix, len(tokens), journal)
+            if journal is not None:
+                journal.append((pending, len(tokens), ABSENT))
+        tokens.append(token)
+        prefix.append((prefix[-1] * B + token + 1) % M)
+        # the position that now has draft_len known tokens after it joins the copy index
+        at = len(tokens) - self.drafter.draft_len
+        if at <= 0:
+            return
+        known = pending.pop(at, None) if pending is not None else None
+        if known is not None:
+            if journal is not None:
+                journal.append((pending, at, known))
+            joined = [(latest, known[slot]) for (ctx_len, _, latest), slot in zip(copy, self.drafter.copy_slots)
+                      if ctx_len <= at]
+        else:
+            end = prefix[at]
+            joined = [(latest, (end - prefix[at - ctx_len] * power) % M) for ctx_len, power, latest in copy
+                      if ctx_len <= at]
+        for latest, key in joined:
+            if journal is not None:
+                journal.append((latest, key, latest.get(key, ABSENT)))
+            latest[key] = at
+
+    @contextmanager
+    def _assuming(self, token: int):
+        """The session as if `token` had been written after its known text, and as it was again
+        after the block: every index entry the token's step overwrote is put back, and the known
+        tokens, the cached backoff walk and prompt autocomplete's line are restored."""
+        known, autocomplete = self._known, self._autocomplete
+        saved_known = (known.count.get(token, ABSENT), known.last.get(token, ABSENT), known.length)
+        saved_line = (autocomplete._known, autocomplete._line, autocomplete._line_bytes)
+        saved_walk = self._walk
+        journal: list = []
+        known.add([token])
+        self._add(token, journal)
+        try:
+            yield
+        finally:
+            for entries, key, held in reversed(journal):
+                if held is ABSENT:
+                    del entries[key]
+                else:
+                    entries[key] = held
+            del self.tokens[-1], self._prefix[-1]
+            for entries, held in zip((known.count, known.last), saved_known):
+                if held is ABSENT:
+                    del entries[token]
+                else:
+                    entries[token] = held
+            known.length = saved_known[2]
+            autocomplete._known, autocomplete._line, autocomplete._line_bytes = saved_line
+            self._walk = saved_walk
 
     def propose(self, verify_cost: float | None = None) -> list[int]:
         """The policy's draft at the current position: at most draft_len tokens, [] if none.
@@ -287,16 +332,31 @@ class Session:
         # the argument, and that the bundle can cut drafts, checked at every call: not only where
         # there is a draft to cut
         lengths = None if verify_cost is None else self.drafter.best_lengths(verify_cost)
-        candidates = self._candidates()
-        picked, scores = self._scores(candidates)
-        if not picked:
+        pick, score = self._pick()
+        if pick is None:
             return []
-        best = first_best(scores)
-        draft = list(candidates[picked[best]].draft)
+        draft = list(pick.draft)
+        draft_len = self.drafter.draft_len
+        if len(draft) == draft_len and pick.order in self.drafter.chain:
+            # its first token, then the choice after it (ConfidencePolicy.chain), then where that is
+            # shorter the pick's own tokens after it (evaluate.chained_acceptance)
+            with self._assuming(draft[0]):
+                after, _ = self._pick()
+            tail = [] if after is None else list(after.draft[: draft_len - 1])
+            draft = [draft[0], *tail, *draft[1 + len(tail) :]]
         if lengths is None:
             return draft
         table, edges = lengths
-        return draft[: int(table[bisect_right(edges, scores[best]), min(len(draft), table.shape[1] - 1)])]
+        return draft[: int(table[bisect_right(edges, score), min(len(draft), table.shape[1] - 1)])]
+
+    def _pick(self) -> tuple[Candidate | None, float | None]:
+        """The policy's choice at the current position and its score; (None, None) if none."""
+        candidates = self._candidates()
+        picked, scores = self._scores(candidates)
+        if not picked:
+            return None, None
+        best = first_best(scores)
+        return candidates[picked[best]], scores[best]
 
     def propose_many(self, k: int) -> list[list[int]]:
         """The k best distinct drafts at the current position, best first (ties in family order)."""

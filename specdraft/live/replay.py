@@ -112,6 +112,8 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
     chosen_trace = chosen.column("trace_id").to_pylist()
     chosen_pos = chosen.column("pos").to_pylist()
     chosen_draft = chosen.column("draft").to_pylist()
+    chosen_source = chosen.column("source").to_pylist()
+    chain = set(getattr(drafter.policy, "chain", ()))
     draft_len = drafter.draft_len
     clock = time.perf_counter_ns
     start_ns, propose_ns, extend_ns, accepted = [], [], [], []
@@ -129,7 +131,10 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
                 raise SpecdraftError(f"live/replay_drafts.sql: no row for trace {trace_id} position {pos} "
                                      "(the run's eval positions and the eval traces differ)")
             expected = chosen_draft[row] or []
-            if draft == expected:
+            same = draft == expected
+            if expected and chosen_source[row].split(":")[0] in chain:
+                same = _same_chained(draft, expected, trace[pos], _next_draft(chosen_trace, chosen_pos, chosen_draft, row), draft_len)
+            if same:
                 exact += 1
             elif len(mismatches) < SHOWN_MISMATCHES:
                 mismatches.append({"trace_id": trace_id, "pos": pos, "live": draft, "run": expected})
@@ -144,6 +149,29 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
         raise SpecdraftError("live/replay_drafts.sql: more eval positions than the eval traces have")
     return {"accepted": np.array(accepted, dtype=np.int64), "exact": exact, "mismatches": mismatches,
             "start": start_ns, "propose": propose_ns, "extend": extend_ns}
+
+
+def _next_draft(trace_ids: list[int], positions: list[int], drafts: list, row: int) -> list[int] | None:
+    """The run's chosen draft at the position after row's in its trace ([] if none), None past
+    the trace's last."""
+    if row + 1 < len(trace_ids) and (trace_ids[row + 1], positions[row + 1]) == (trace_ids[row], positions[row] + 1):
+        return drafts[row + 1] or []
+    return None
+
+
+def _same_chained(draft: list[int], chosen: list[int], written: int, next_chosen: list[int] | None,
+                  draft_len: int) -> bool:
+    """Is the live draft the run's where the run's pick (a whole draft_len long) chose again past
+    its first token (ConfidencePolicy.chain)? Where the trace wrote that token, the draft is it,
+    the run's next choice and the pick's tokens after that; where it did not, or at the trace's
+    last position, the run did not make the choice after it, and the live draft must start with the
+    token and be as long as the pick (evaluate.chained_acceptance)."""
+    if len(chosen) < draft_len:
+        return draft == chosen
+    if chosen[0] != written or next_chosen is None:
+        return len(draft) == len(chosen) and draft[:1] == chosen[:1]
+    tail = next_chosen[: draft_len - 1]
+    return draft == [chosen[0], *tail, *chosen[1 + len(tail) :]]
 
 
 def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]],

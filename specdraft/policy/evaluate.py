@@ -13,6 +13,7 @@ The seed's own decode-step loop reuses state that has already seen the whole tra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -255,6 +256,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     n_resp = lengths.column("n_response").to_numpy().astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(n_resp)])
     eval_trace_ids = lengths.column("trace_id").to_numpy()  # sorted
+    prompt_lens = lengths.column("prompt_len").to_numpy()
     n_positions = int(offsets[-1])
 
     everything = eval_features(wh)
@@ -298,6 +300,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
         chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
         chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
+        # the positions whose pick chooses again past its first token (ConfidencePolicy.chain)
+        chained = np.zeros(n_positions, dtype=bool)
+        chained[flat[picks]] = np.isin(all_family[scored_rows[picks]],
+                                       [code for code, name in enumerate(names) if name in policy.chain])
         ranked = distinct_ranks(predicted, flat, draft_keys)
         for k in MULTI_DRAFT:
             multi[f"top{k}"] = _best_of_top(ranked, accepted, flat, k, n_positions)
@@ -347,13 +353,66 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
         chosen_raw[flat[picks]] = predicted[picks]
         chosen_len[flat[picks]] = pc.list_value_length(chosen_drafts).to_numpy()
+        pick_at = np.full(n_positions, -1, dtype=np.int64)
+        pick_at[flat[picks]] = np.arange(len(picks))
+
+        def filled(at: np.ndarray, after: np.ndarray) -> np.ndarray:
+            trace = np.searchsorted(offsets, at, side="right") - 1
+            return _accepted_after(wh, eval_trace_ids[trace], prompt_lens[trace] + at - offsets[trace],
+                                   chosen_drafts.take(pa.array(pick_at[at])), after + 1)
+
+        selected = chained_acceptance(selected, chained, chosen_len, offsets, cfg.draft_len, filled)
         draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets, cfg.verify_cost)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
-    positions = positions_table(eval_trace_ids, lengths.column("prompt_len").to_numpy(), n_resp,
+    positions = positions_table(eval_trace_ids, prompt_lens, n_resp,
                                 selected, oracle, chosen_source, chosen_ctx)
     return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode, draft_length,
                       trees)
+
+
+def chained_acceptance(accepted: np.ndarray, chained: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
+                       draft_len: int, filled: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """What each position's draft accepts where its pick chooses again past its first token
+    (`chained`, and the pick a whole draft_len long; lengths: each position's chosen draft's): the
+    first token, then the choice at the next position as if that token had been written, and where
+    that choice is shorter, the pick's own tokens after it, so that the draft is draft_len long.
+    The live drafter makes that choice on the token it drafted; where the token is the trace's, it
+    is the next position's own choice, whose acceptance is known here, and where it is not, nothing
+    past it is accepted either way: the acceptance is exact, though the tokens after a wrong first
+    one are not known here. At a trace's last position at most one token is left to accept.
+    filled(positions, next_lengths): how many of the pick's tokens after a next choice accepted
+    whole are accepted too (policy/eval_next_tokens.sql compares them with the trace).
+
+    >>> chained_acceptance(np.array([3, 5, 0, 2, 1]), np.array([True, False, True, True, False]),
+    ...                    np.array([16, 16, 16, 16, 16]), np.array([0, 5]), 16, lambda at, n: np.zeros(len(at), int)).tolist()
+    [6, 5, 0, 2, 1]
+    """
+    n = len(accepted)
+    last = np.zeros(n, dtype=bool)
+    last[offsets[1:] - 1] = True  # each trace's last position: no next position here
+    next_accepted = np.r_[accepted[1:], 0]
+    next_length = np.r_[lengths[1:], 0]
+    chain = chained & (accepted >= 1) & ~last & (lengths == draft_len)
+    out = accepted.copy()
+    out[chain] = 1 + np.minimum(next_accepted[chain], draft_len - 1)
+    whole = np.flatnonzero(chain & (next_accepted == next_length) & (next_length < draft_len - 1))
+    out[whole] += filled(whole, next_length[whole])
+    return out
+
+
+def _accepted_after(wh: Warehouse, trace_ids: np.ndarray, positions: np.ndarray, drafts: pa.ListArray,
+                    starts: np.ndarray) -> np.ndarray:
+    """How many of each draft's tokens from `starts` on match the trace's tokens at the same
+    places (each draft drafted at its eval position; starts: 0-based places in the draft)."""
+    if not len(trace_ids):
+        return np.zeros(0, dtype=np.int64)
+    wh.register("wanted_windows", pa.table({"row": np.arange(len(trace_ids)), "trace_id": trace_ids, "pos": positions}))
+    actual = wh.query("policy/eval_next_tokens").to_arrow_table().column("next_tokens").to_pylist()
+    if len(actual) != len(trace_ids):
+        raise SpecdraftError(f"eval_next_tokens.sql found {len(actual)} of the {len(trace_ids)} positions wanted")
+    return np.array([accepted_prefix(draft[start:], tokens[start:], len(draft) - start)
+                     for draft, tokens, start in zip(drafts.to_pylist(), actual, starts.tolist())], dtype=np.int64)
 
 
 def _eval_drafts(wh: Warehouse, trace_ids: np.ndarray, positions: np.ndarray, sources: pa.Array) -> pa.ListArray:
