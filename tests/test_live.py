@@ -438,7 +438,7 @@ def _first_segment_shortened(manifest):
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(format_version=3), "format version 3; this specdraft reads versions 1, 2"),
+    (lambda m: m.update(format_version=4), "format version 4; this specdraft reads versions 1, 2, 3"),
     (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
     (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
     (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
@@ -451,7 +451,7 @@ def _first_segment_shortened(manifest):
     (lambda m: m["tables"].pop("backoff.arrow"), r"tables\['backoff.arrow'\] does not describe the table"),
     (lambda m: m.pop("run_id"), "incomplete manifest"),
     # wrong types said that the values agreed ("274626 bytes, the manifest says 274626")
-    (lambda m: m.update(format_version="2"), "format version '2'; this specdraft reads versions 1, 2"),
+    (lambda m: m.update(format_version="2"), "format version '2'; this specdraft reads versions 1, 2, 3"),
     (lambda m: m["files"]["store.arrow"].update(bytes=str(m["files"]["store.arrow"]["bytes"])),
      r"files\['store.arrow'\] of the wrong type"),
     (lambda m: m["tokenizer"].update(vocab_size=str(m["tokenizer"]["vocab_size"])), "tokenizer.vocab_size of the wrong type"),

@@ -95,20 +95,38 @@ def test_eval_positions_are_the_runs_choices(warehouse, dataset):
     assert Counter(p["oracle_accepted"] for p in positions) == {
         int(k): v for k, v in results["oracle_best"]["histogram"].items()}
     drafts: dict[tuple, dict[str, int]] = {}
-    for c in _rows(warehouse, dataset, "select trace_id, pos, family, source, accepted from candidates "
-                                       "where split = 'eval'"):
+    lengths: dict[tuple, int] = {}
+    for c in _rows(warehouse, dataset, "select trace_id, pos, family, source, accepted, len(draft) as length "
+                                       "from candidates where split = 'eval'"):
         if c["family"] in SELECTABLE:
             drafts.setdefault((c["trace_id"], c["pos"]), {})[c["source"]] = c["accepted"]
-    chosen = 0
+            lengths[c["trace_id"], c["pos"], c["source"]] = c["length"]
+    chain = tuple(results["policy"].get("chain", ()))
+    by_position = {(p["trace_id"], p["pos"]): p for p in positions}
+    chosen = chained = 0
     for p in positions:
         here = drafts.get((p["trace_id"], p["pos"]), {})
         assert p["oracle_accepted"] == max(here.values(), default=0)
         if p["source"] is None:
             assert not here and p["accepted"] == 0
+            continue
+        chosen += 1
+        after = by_position.get((p["trace_id"], p["pos"] + 1))
+        own = here[p["source"]]
+        if p["source"].split(":")[0] not in chain or own == 0 or after is None or lengths[
+                p["trace_id"], p["pos"], p["source"]] < 16:
+            assert p["accepted"] == own
+            continue
+        # chosen again past its right first token (ConfidencePolicy.chain): that token, then the
+        # next position's own choice, which here is the whole rest where that choice is whole
+        next_own = drafts.get((p["trace_id"], p["pos"] + 1), {}).get(after["source"], 0)
+        if after["source"] is not None and lengths[p["trace_id"], p["pos"] + 1, after["source"]] == 16:
+            assert p["accepted"] == 1 + min(next_own, 15)
+            chained += 1
         else:
-            assert p["accepted"] == here[p["source"]]
-            chosen += 1
+            assert p["accepted"] >= 1
     assert chosen > len(positions) / 2
+    assert chained > 0 or not chain
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

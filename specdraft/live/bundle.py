@@ -52,8 +52,10 @@ FORMAT = "specdraft-drafter"
 # 2 (2026-12-07): policy.json's autocomplete_text, and a local tokenizer's files in tokenizer/;
 # a specdraft that reads version 1 only would draft otherwise from such a bundle, so it refuses it.
 # Version 1 bundles still load, and draft as their runs did.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3 (2026-12-07): policy.json's chain (the families after whose pick propose chooses again past
+# the first token); a specdraft that reads versions up to 2 would draft without it, so it refuses it.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 PRESETS = ("seed", "default")
 # file -> its columns, in order; integer widths of the lookup tables are chosen per bundle (the

@@ -256,40 +256,43 @@ class Session:
         ids = self.drafter.checked(token_ids, "token_ids")
         if self._known is not None:
             self._known.add(ids)
-        for token in ids:
-            self._add(token)
+        self._add(ids)
 
-    def _add(self, token: int, journal: list | None = None) -> None:
-        """extend's step for one token. journal: each (dict, key, what it held or ABSENT) the step
+    def _add(self, ids: list[int], journal: list | None = None) -> None:
+        """extend's work on the indexes. journal: each (dict, key, what it held or ABSENT) it
         overwrites is appended there, for _assuming to put back."""
         tokens, prefix, copy, recent = self.tokens, self._prefix, self._copy, self._recent
+        draft_len = self.drafter.draft_len
         pending = self._pending_keys
-        if recent is not None:
-            # the current position becomes an earlier place; its keys are kept until it joins the
-            # copy index, draft_len tokens later (the copy lengths are among the recent ones)
-            pending[len(tokens)] = recent.add(prefix, len(tokens), journal)
-            if journal is not None:
-                journal.append((pending, len(tokens), ABSENT))
-        tokens.append(token)
-        prefix.append((prefix[-1] * B + token + 1) % M)
-        # the position that now has draft_len known tokens after it joins the copy index
-        at = len(tokens) - self.drafter.draft_len
-        if at <= 0:
-            return
-        known = pending.pop(at, None) if pending is not None else None
-        if known is not None:
-            if journal is not None:
-                journal.append((pending, at, known))
-            joined = [(latest, known[slot]) for (ctx_len, _, latest), slot in zip(copy, self.drafter.copy_slots)
-                      if ctx_len <= at]
-        else:
-            end = prefix[at]
-            joined = [(latest, (end - prefix[at - ctx_len] * power) % M) for ctx_len, power, latest in copy
-                      if ctx_len <= at]
-        for latest, key in joined:
-            if journal is not None:
-                journal.append((latest, key, latest.get(key, ABSENT)))
-            latest[key] = at
+        for token in ids:
+            if recent is not None:
+                # the current position becomes an earlier place; its keys are kept until it joins
+                # the copy index, draft_len tokens later (the copy lengths are among the recent ones)
+                pending[len(tokens)] = recent.add(prefix, len(tokens), journal)
+                if journal is not None:
+                    journal.append((pending, len(tokens), ABSENT))
+            tokens.append(token)
+            prefix.append((prefix[-1] * B + token + 1) % M)
+            # the position that now has draft_len known tokens after it joins the copy index
+            at = len(tokens) - draft_len
+            if at > 0:
+                known = pending.pop(at, None) if pending is not None else None
+                if known is not None:
+                    if journal is not None:
+                        journal.append((pending, at, known))
+                    for (ctx_len, _, latest), slot in zip(copy, self.drafter.copy_slots):
+                        if ctx_len <= at:
+                            if journal is not None:
+                                journal.append((latest, known[slot], latest.get(known[slot], ABSENT)))
+                            latest[known[slot]] = at
+                    continue
+                end = prefix[at]
+                for ctx_len, power, latest in copy:
+                    if ctx_len <= at:
+                        key = (end - prefix[at - ctx_len] * power) % M
+                        if journal is not None:
+                            journal.append((latest, key, latest.get(key, ABSENT)))
+                        latest[key] = at
 
     @contextmanager
     def _assuming(self, token: int):
@@ -299,22 +302,22 @@ class Session:
         known, autocomplete = self._known, self._autocomplete
         saved_known = (known.count.get(token, ABSENT), known.last.get(token, ABSENT), known.length)
         saved_line = (autocomplete._known, autocomplete._line, autocomplete._line_bytes)
-        saved_walk = self._walk
+        saved_walk, n = self._walk, len(self.tokens)
         journal: list = []
-        known.add([token])
-        self._add(token, journal)
         try:
+            known.add([token])
+            self._add([token], journal)
             yield
         finally:
             for entries, key, held in reversed(journal):
                 if held is ABSENT:
-                    del entries[key]
+                    entries.pop(key, None)
                 else:
                     entries[key] = held
-            del self.tokens[-1], self._prefix[-1]
+            del self.tokens[n:], self._prefix[n + 1 :]
             for entries, held in zip((known.count, known.last), saved_known):
                 if held is ABSENT:
-                    del entries[token]
+                    entries.pop(token, None)
                 else:
                     entries[token] = held
             known.length = saved_known[2]

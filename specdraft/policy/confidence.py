@@ -139,11 +139,13 @@ class ConfidencePolicy:
     # again after it: the rest of the draft is the choice at the next position, as if that token had
     # been written (live: Session.propose; here: evaluate.chained_acceptance). Drafts taken from
     # train statistics are least sure after their first token, where the trace's own text, the
-    # token included, may take over (most often a recent copy). Measured on the development set
-    # (every position / decode step): 2.4604 / 1.0159 -> 2.4777 / 1.0304; gsm8k-human 1.8975 /
-    # 1.2321 -> 1.9909 / 1.3109. Chaining after every pick: 2.4824 / 1.0317 and 1.9382 / 1.2924;
-    # after recent copies too: 2.4852 / 1.0324 and 2.0110 / 1.3140, but then most proposes choose
-    # twice (71% and 84% of positions, against 38% and 52%), which doubles propose's median time.
+    # token included, may take over (most often a recent copy). Development set (every position /
+    # decode step): 2.4604 / 1.0159 -> 2.4778 / 1.0306; gsm8k-human 1.8975 / 1.2321 -> 1.9930 /
+    # 1.3132. In a lab over a run's choices (the next choice's tokens alone, not the pick's after
+    # a shorter one): after these families 2.4777 / 1.0304 and 1.9909 / 1.3109; after every pick
+    # 2.4824 / 1.0317 and 1.9382 / 1.2924; after recent copies too 2.4852 / 1.0324 and 2.0110 /
+    # 1.3140, but then most proposes choose twice (71% and 84% of positions, against 38% and 52%),
+    # which doubles propose's median time.
     chain: ClassVar[tuple[str, ...]] = ("ngram-all", "backoff")
 
     model: object  # the trained lightgbm.Booster, or None when there was nothing to learn

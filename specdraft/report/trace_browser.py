@@ -232,7 +232,7 @@ _SCRIPT = r"""
     const t = byId.get(current), i = +span.dataset.i, [source, accepted, oracle] = t.chosen[i];
     const drafts = t.drafts[i].slice().sort((a, b) => (b[2] ?? -1e9) - (a[2] ?? -1e9));
     panel.innerHTML = `<p>position ${t.start + i} (response token ${i}): chose <b>${esc(data.sources[source] ?? "nothing")}</b>, ` +
-      `accepted ${accepted} (the best draft: ${oracle})</p>` + (drafts.length ? `<table class="drafts"><tr><th>source</th>` +
+      `accepted ${accepted} (the best of the drafts here: ${oracle})</p>` + (drafts.length ? `<table class="drafts"><tr><th>source</th>` +
       `<th>accepted</th><th>score</th><th>draft</th></tr>` + drafts.map(d => `<tr class="${data.sources[d[0]] === data.sources[source] ? "chosen" : ""}">` +
       `<td>${esc(data.sources[d[0]])}${d[4] ? ` (+${d[4]} more)` : ""}</td><td>${d[1]}</td><td>${d[2] === null ? "" : d[2].toFixed(3)}</td>` +
       `<td><code>${esc(visible(d[3]))}</code></td></tr>`).join("") + "</table>" : "<p>no drafts here</p>");
