@@ -272,6 +272,13 @@ class PromptAutocomplete:
         self._known = self.prompt_len
         self._line_bytes = b""  # text_from_tokens: the line's bytes
 
+    def line_state(self) -> tuple:
+        """Where the walk's current line stands, for restore_line_state to go back to."""
+        return self._known, self._line, self._line_bytes
+
+    def restore_line_state(self, state: tuple) -> None:
+        self._known, self._line, self._line_bytes = state
+
     def line_at(self, completion_pos: int) -> str:
         """The current line once `completion_pos` response tokens are known, decoding as the
         seed's TextCursor: the tokens since the previous call are decoded as one chunk (or, with

@@ -277,6 +277,18 @@ class KnownTokens:
             last[token] = at
         self.length += len(tokens)
 
+    def state_of(self, token: int) -> tuple:
+        """What add([token]) changes, for restore to put back."""
+        return self.count.get(token, ABSENT), self.last.get(token, ABSENT), self.length
+
+    def restore(self, token: int, state: tuple) -> None:
+        for entries, held in zip((self.count, self.last), state):
+            if held is ABSENT:
+                entries.pop(token, None)
+            else:
+                entries[token] = held
+        self.length = state[2]
+
     def features(self, head: tuple[int, ...]) -> tuple[int, int, int]:
         """(seen_tokens8, first_token_count, first_token_distance) of a draft whose first 8 tokens
         are `head`."""

@@ -230,6 +230,18 @@ class Drafter:
         return ids
 
 
+def chained_draft(pick: list[int], after: list[int], draft_len: int) -> list[int]:
+    """The draft of a pick that chooses again past its first token (ConfidencePolicy.chain): the
+    pick's first token, the choice `after` it, and where that is shorter, the pick's own tokens
+    after it (evaluate.chained_acceptance).
+
+    >>> chained_draft([1, 2, 3, 4], [7, 8], 4)
+    [1, 7, 8, 4]
+    """
+    tail = after[: draft_len - 1]
+    return [pick[0], *tail, *pick[1 + len(tail) :]]
+
+
 class Session:
     """One request's drafting state (see the module docstring). Not for two threads at once."""
 
@@ -300,8 +312,7 @@ class Session:
         after the block: every index entry the token's step overwrote is put back, and the known
         tokens, the cached backoff walk and prompt autocomplete's line are restored."""
         known, autocomplete = self._known, self._autocomplete
-        saved_known = (known.count.get(token, ABSENT), known.last.get(token, ABSENT), known.length)
-        saved_line = (autocomplete._known, autocomplete._line, autocomplete._line_bytes)
+        saved_known, saved_line = known.state_of(token), autocomplete.line_state()
         saved_walk, n = self._walk, len(self.tokens)
         journal: list = []
         try:
@@ -315,13 +326,8 @@ class Session:
                 else:
                     entries[key] = held
             del self.tokens[n:], self._prefix[n + 1 :]
-            for entries, held in zip((known.count, known.last), saved_known):
-                if held is ABSENT:
-                    entries.pop(token, None)
-                else:
-                    entries[token] = held
-            known.length = saved_known[2]
-            autocomplete._known, autocomplete._line, autocomplete._line_bytes = saved_line
+            known.restore(token, saved_known)
+            autocomplete.restore_line_state(saved_line)
             self._walk = saved_walk
 
     def propose(self, verify_cost: float | None = None) -> list[int]:
@@ -345,8 +351,7 @@ class Session:
             # shorter the pick's own tokens after it (evaluate.chained_acceptance)
             with self._assuming(draft[0]):
                 after, _ = self._pick()
-            tail = [] if after is None else list(after.draft[: draft_len - 1])
-            draft = [draft[0], *tail, *draft[1 + len(tail) :]]
+            draft = chained_draft(draft, [] if after is None else list(after.draft), draft_len)
         if lengths is None:
             return draft
         table, edges = lengths

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
-from specdraft.live.drafter import Drafter
+from specdraft.live.drafter import Drafter, chained_draft
 from specdraft.measure.timer import current_rss_bytes
 from specdraft.policy.draft_length import walk_summary
 from specdraft.policy.evaluate import accepted_prefix
@@ -113,7 +114,6 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
     chosen_pos = chosen.column("pos").to_pylist()
     chosen_draft = chosen.column("draft").to_pylist()
     chosen_source = chosen.column("source").to_pylist()
-    chain = set(getattr(drafter.policy, "chain", ()))
     draft_len = drafter.draft_len
     clock = time.perf_counter_ns
     start_ns, propose_ns, extend_ns, accepted = [], [], [], []
@@ -132,7 +132,7 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
                                      "(the run's eval positions and the eval traces differ)")
             expected = chosen_draft[row] or []
             same = draft == expected
-            if expected and chosen_source[row].split(":")[0] in chain:
+            if expected and families.ORDER.get(chosen_source[row].split(":")[0]) in drafter.chain:
                 same = _same_chained(draft, expected, trace[pos], _next_draft(chosen_trace, chosen_pos, chosen_draft, row), draft_len)
             if same:
                 exact += 1
@@ -170,8 +170,7 @@ def _same_chained(draft: list[int], chosen: list[int], written: int, next_chosen
         return draft == chosen
     if chosen[0] != written or next_chosen is None:
         return len(draft) == len(chosen) and draft[:1] == chosen[:1]
-    tail = next_chosen[: draft_len - 1]
-    return draft == [chosen[0], *tail, *chosen[1 + len(tail) :]]
+    return draft == chained_draft(chosen, next_chosen, draft_len)
 
 
 def decode_step(drafter: Drafter, prompts: list[int], tokens: list[list[int]],
