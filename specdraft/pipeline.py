@@ -191,7 +191,7 @@ def _report(run: RunState) -> dict:
         with run.timer.stage("leave_one_out"):
             results["leave_one_out"] = run.policy.leave_one_out(run.wh, run.cfg, results)
     with run.wh.transaction("record_run"):
-        record_run(run.wh, results, run.run_id, evaluation.positions, run.policy.model_table(), run.build_keys)
+        record_run(run.wh, results, run.run_id, evaluation.positions, run.policy.model_tables(), run.build_keys)
     return results
 
 
@@ -206,6 +206,7 @@ STAGES = (
     # the policy's families and features decide which drafts, and which of their features, it builds
     Stage("candidates", "drafters", uses=("policy",), output=_candidate_counts, build=_build_candidates, settings=(
         "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",
+        "chain_model",
     )),
     Stage("calibrate", "policy", output=_calibrate),
     Stage("evaluate", "policy", output=_evaluate),

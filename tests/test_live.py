@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from specdraft import Drafter
 from specdraft.cli import main
+from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
 from specdraft.live import drafter as live_drafter
@@ -54,6 +55,13 @@ def seed_built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def default_built(tmp_path_factory):
     return _built(tmp_path_factory, DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def chain_built(tmp_path_factory):
+    """A --preset default --chain-model run: every calibration position below 512, and the chain
+    model scoring the n-gram and backoff drafts in the first choice."""
+    return _built(tmp_path_factory, dataclasses.replace(DEFAULT, chain_model=True), "chain")
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +137,7 @@ def walk(drafter, prompt_len, tokens, upto=None):
 
 # -- the warehouse's drafts -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["seed", "default", "rank2"])
+@pytest.mark.parametrize("name", ["seed", "default", "rank2", "chain"])
 def test_live_drafts_are_the_runs_chosen_drafts(name, request):
     root, results = request.getfixturevalue(f"{name}_built")
     result = replay(root / "warehouse", None, root / "bundle")
@@ -264,6 +272,7 @@ def test_the_choice_is_the_batch_evaluations(data):
 
     from specdraft.drafters.backoff_walk import _as_table, backoff_score
     from specdraft.policy import evaluate
+    from specdraft.policy.runs import best_in_runs
     from specdraft.policy.seed import SourceAveragePolicy
 
     averages = st.sampled_from([0.0, 0.0, 1 / 3, 2.25])
@@ -306,7 +315,7 @@ def test_the_choice_is_the_batch_evaluations(data):
     starts = np.array([0])
     scores, raw = evaluate.candidate_policy_scores(cand, policy)
     scores = evaluate._resolve_near_ties(Steps(), cand, scores, raw, starts, policy)
-    batch = families[int(evaluate._pick(scores, starts)[0])]
+    batch = families[int(best_in_runs(scores, starts)[0])]
     order = {f: i for i, f in enumerate(("copy", "prompt-autocomplete", "backoff", "ngram"))}
     live = [Candidate(order[f], 0, 0, 0, [order[f]], sources[f],
                       live_drafter.backoff_raw(steps) if f == "backoff" else raws[f],
@@ -438,7 +447,7 @@ def _first_segment_shortened(manifest):
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(format_version=4), "format version 4; this specdraft reads versions 1, 2, 3"),
+    (lambda m: m.update(format_version=5), "format version 5; this specdraft reads versions 1, 2, 3, 4"),
     (lambda m: m["tokenizer"].update(fingerprint="0123456789abcdef"), "made with tokenizer"),
     (lambda m: m["tokenizer"].update(name="Qwen/Qwen2.5-Math-1.5B", vocab_size=5), "made with tokenizer"),
     (lambda m: m.update(format="something else"), "not a specdraft drafter bundle"),
@@ -451,7 +460,7 @@ def _first_segment_shortened(manifest):
     (lambda m: m["tables"].pop("backoff.arrow"), r"tables\['backoff.arrow'\] does not describe the table"),
     (lambda m: m.pop("run_id"), "incomplete manifest"),
     # wrong types said that the values agreed ("274626 bytes, the manifest says 274626")
-    (lambda m: m.update(format_version="2"), "format version '2'; this specdraft reads versions 1, 2, 3"),
+    (lambda m: m.update(format_version="2"), "format version '2'; this specdraft reads versions 1, 2, 3, 4"),
     (lambda m: m["files"]["store.arrow"].update(bytes=str(m["files"]["store.arrow"]["bytes"])),
      r"files\['store.arrow'\] of the wrong type"),
     (lambda m: m["tokenizer"].update(vocab_size=str(m["tokenizer"]["vocab_size"])), "tokenizer.vocab_size of the wrong type"),
@@ -560,6 +569,38 @@ def test_rank2_goes_with_the_policy_that_proposed_it(default_built, rank2_built,
     _one_line_naming(excinfo, broken / "policy.json", "not a default policy")
 
 
+def test_the_chain_model_chooses_first_and_travels_in_the_bundle(default_built, chain_built, tmp_path):
+    """--chain-model: the run fits the chain model on every calibration position below 512 and
+    its first choices differ from the model's own at some positions (where the choice after a
+    chained token, eval_positions' second_source, is the model's); the bundle carries its trees,
+    and one whose policy scores with them but lists no chain_trees.arrow is refused by name. A
+    run without it records the position's own choice as the second one, and no chain trees."""
+    (root, results), (plain_root, plain_results) = chain_built, default_built
+    assert RunConfig.recorded(results["config"]).calibration_sample == (1, 512)
+    assert RunConfig.recorded(plain_results["config"]).calibration_sample == (2, 256)
+    assert results["policy"]["chain_model"] and results["policy"]["chain_drafts"] > 0
+    assert not plain_results["policy"]["chain_model"] and plain_results["policy"]["chain_drafts"] == 0
+    # the first model is fitted on the same calibration drafts, every second position
+    assert results["policy"]["calibration_drafts"] == plain_results["policy"]["calibration_drafts"]
+    for where, chained in ((root, True), (plain_root, False)):
+        with Warehouse(where / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+            differ = wh.run_text("select count(*) from eval_positions where source is distinct from second_source"
+                                 ).fetchall()[0][0]
+            trees = wh.run_text("select count(*) from policy_chain_trees").fetchall()[0][0] if wh.has_table(
+                "policy_chain_trees") else 0
+        assert (differ > 0) == chained, differ
+        assert (trees > 0) == chained
+    manifest = json.loads((root / "bundle" / "manifest.json").read_text())
+    assert manifest["format_version"] == 4 and "chain_trees.arrow" in manifest["files"]
+    assert "chain_trees.arrow" not in json.loads((plain_root / "bundle" / "manifest.json").read_text())["files"]
+    assert Drafter.load(root / "bundle").policy.chain_trees is not None
+    without = _with_policy(plain_root / "bundle", tmp_path / "without",
+                           lambda policy: policy.update(chain_model=True, chain_baseline=0.0))
+    with pytest.raises(SpecdraftError) as excinfo:
+        Drafter.load(without)
+    _one_line_naming(excinfo, without / "manifest.json", "lists no chain_trees.arrow")
+
+
 def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
     root, _ = built
     out = tmp_path / "bundle"
@@ -612,6 +653,30 @@ def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
         record_run(wh, {**results, "config": {**results["config"], "draft_len": 8}}, run_id="older-run")
     with pytest.raises(SpecdraftError, match="rebuilt since .*ngram_tables, candidates"):
         export_bundle(other, "older-run", tmp_path / "bundle")
+
+
+def test_a_warehouse_from_before_second_choices_replays_and_takes_them(chain_built, tmp_path):
+    """eval_positions from before the chain model has no second_source: its runs replay with the
+    position's own choice as the one after a chained token (here a --chain-model run's own table
+    without the column: its chained drafts then differ where the two choices do, and nowhere
+    else), and the next run recorded adds the column, null in the older rows."""
+    from specdraft.report.results import record_run
+
+    root, results = chain_built
+    older = tmp_path / "warehouse"
+    shutil.copytree(root / "warehouse", older)
+    with Warehouse(older, dataset=DATASET) as wh:
+        positions = wh.run_text("select * exclude (run_id) from eval_positions").to_arrow_table()
+        differ = wh.run_text("select count(*) from eval_positions where source is distinct from second_source "
+                             "and source similar to '(ngram-all|backoff):.*'").fetchall()[0][0]
+        wh.run_text("alter table eval_positions drop column second_source")
+    figures = replay(older, None, root / "bundle")
+    assert 0 < figures["positions"] - figures["exact_positions"] <= differ
+    with Warehouse(older, dataset=DATASET) as wh:
+        record_run(wh, dict(results), run_id="newer-run", positions=positions)
+        nulls = wh.run_text("select run_id, count(second_source) from eval_positions group by run_id").fetchall()
+    assert dict(nulls) == {results["run_id"]: 0, "newer-run": positions.num_rows - positions.column(
+        "second_source").null_count}
 
 
 def _traces_with_other_responses(source: Path, target: Path) -> None:
@@ -748,7 +813,8 @@ def test_every_position_checks_its_rows(drafter, eval_traces, built):
 
     trace_id, prompt_len, tokens = eval_traces[0]
     chosen = pa.table({"trace_id": [trace_id], "pos": [prompt_len + 1], "source": ["copy:4"],
-                       "draft": pa.array([[1]], pa.list_(pa.int32()))})
+                       "draft": pa.array([[1]], pa.list_(pa.int32())),
+                       "second_draft": pa.array([[1]], pa.list_(pa.int32()))})
     with pytest.raises(SpecdraftError, match="no row for trace"):
         every_position(drafter, [trace_id], [prompt_len], [tokens], chosen)
 

@@ -62,8 +62,8 @@ VIEW_ROOM_PER_POSITION = 4000
 
 def build_query_positions(wh: Warehouse, cfg: RunConfig) -> None:
     """The calibration and eval positions the sources draft at (query_positions)."""
-    wh.materialize("drafters/query_positions", {"stride": cfg.calibration_stride,
-                                                "calibration_max_positions": cfg.calibration_max_positions})
+    stride, most = cfg.calibration_sample
+    wh.materialize("drafters/query_positions", {"stride": stride, "calibration_max_positions": most})
 
 
 def build_query_windows(wh: Warehouse, cfg: RunConfig) -> None:

@@ -12,6 +12,9 @@
     backoff.arrow   key, token_id, count, total: per backoff context, its pick
     store.arrow     token_id: the train traces' tokens, which n-gram drafts point into
     trees.arrow     the confidence model's tree nodes (--preset default; policy/trees.py)
+    chain_trees.arrow  the chain model's (--preset default, a run that fitted one: policy.json's
+                    chain_model, since 2026-12-07), which scores the chain families' drafts in
+                    the first choice at a position
 
 The tables are Arrow IPC files, one record batch each, uncompressed, so loading memory-maps them;
 JSON for the rest. Nothing is pickled: loading a bundle runs no code from it. Keys are the
@@ -54,8 +57,11 @@ FORMAT = "specdraft-drafter"
 # Version 1 bundles still load, and draft as their runs did.
 # 3 (2026-12-07): policy.json's chain (the families after whose pick propose chooses again past
 # the first token); a specdraft that reads versions up to 2 would draft without it, so it refuses it.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4 (2026-12-07): chain_trees.arrow and policy.json's chain_model and chain_baseline (the first
+# choice scores the chain families' drafts by the chain model); a specdraft that reads versions up
+# to 3 would score them by the model alone, so it refuses it.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 MANIFEST = "manifest.json"
 PRESETS = ("seed", "default")
 # file -> its columns, in order; integer widths of the lookup tables are chosen per bundle (the
@@ -66,6 +72,7 @@ TABLE_COLUMNS = {
     "backoff.arrow": ("key", "token_id", "count", "total"),
     "store.arrow": ("token_id",),
     "trees.arrow": TREE_COLUMNS,
+    "chain_trees.arrow": TREE_COLUMNS,
 }
 TREE_TYPES = {"threshold": pa.float64(), "value": pa.float64(), "left_codes": pa.int64()}  # others int32
 PRESET_TABLES = {
@@ -73,6 +80,8 @@ PRESET_TABLES = {
     "default": ("ngram.arrow", "backoff.arrow", "store.arrow", "trees.arrow"),
 }
 RANK2_TABLE = "ngram_rank2.arrow"  # --preset default, where the run proposed ngram-rank2 (proposed_families)
+CHAIN_TREES_TABLE = "chain_trees.arrow"  # --preset default, where the run fitted a chain model
+TREE_TABLES = ("trees.arrow", CHAIN_TREES_TABLE)
 JSON_FILES = ("config.json", "policy.json")
 # A tokenizer loaded from a local directory travels in the bundle (its save_pretrained files, in
 # the manifest's files with their checksums), so that the bundle loads on another machine, or from
@@ -120,6 +129,8 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
             if "ngram-rank2" in proposed_families(results["policy"]):
                 lookups[RANK2_TABLE] = _ngram(wh, len(store), cfg.draft_len, rank=2)
             tables["trees.arrow"] = recorded_trees(wh, run_id)
+            if results["policy"].get("chain_model"):
+                tables[CHAIN_TREES_TABLE] = recorded_trees(wh, run_id, chain=True)
     segments = {}
     for name, (ctx_lens, table) in lookups.items():
         tables[name] = table
@@ -216,9 +227,14 @@ def _ngram(wh, store_len: int, draft_len: int, rank: int) -> tuple[np.ndarray, p
     return ctx_lens, table
 
 
-def recorded_trees(wh, run_id: str) -> pa.Table:
-    """The run's recorded confidence model; the scorer built from it is checked at load."""
-    table = wh.query("live/bundle_trees", {"run_id": run_id}).to_arrow_table() if wh.has_table("policy_trees") else None
+def recorded_trees(wh, run_id: str, chain: bool = False) -> pa.Table:
+    """The run's recorded confidence model (chain: its chain model); the scorer built from it is
+    checked at load."""
+    recorded = "policy_chain_trees" if chain else "policy_trees"
+    query = "live/bundle_chain_trees" if chain else "live/bundle_trees"
+    table = wh.query(query, {"run_id": run_id}).to_arrow_table() if wh.has_table(recorded) else None
+    if chain and (table is None or table.num_rows == 0):
+        raise SpecdraftError(f"run {run_id} recorded no chain model ({recorded}), which its policy says it fitted")
     if table is None or table.num_rows == 0:
         raise SpecdraftError(f"run {run_id} recorded no confidence model (policy_trees): it predates "
                              "exporting --preset default runs, or its calibration had nothing to learn; rerun it")
@@ -272,6 +288,9 @@ class ConfidenceChoice:
     # the families after whose pick propose chooses again past the first token
     # (ConfidencePolicy.chain); a bundle of a run before 2026-12-07: none
     chain: tuple[str, ...] = ()
+    # the trees scoring those families' drafts in the first choice at a position
+    # (ConfidencePolicy.chain_model); a bundle of a run before it: none (the trees above score them)
+    chain_trees: TreeEnsemble | None = None
 
 
 @dataclass(frozen=True)
@@ -328,7 +347,8 @@ def read_bundle(root: Path) -> Bundle:
         raise SpecdraftError(f"{root / 'config.json'}: not a run's settings (a JSON object)")
     config = recorded_config(root / "config.json", recorded, manifest)
     columns = {name: _read_table(root / name) for name in PRESET_TABLES[preset]}
-    policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root / "trees.arrow")
+    chain_trees = _read_table(root / CHAIN_TREES_TABLE) if CHAIN_TREES_TABLE in manifest["files"] else None
+    policy = _read_policy(root / "policy.json", preset, columns.get("trees.arrow"), root, chain_trees)
     rank2 = isinstance(policy, ConfidenceChoice) and "ngram-rank2" in policy.proposed
     if rank2:
         if RANK2_TABLE not in manifest["files"]:
@@ -470,17 +490,22 @@ def _read_json(path: Path):
         raise SpecdraftError(f"{path}: unreadable ({first_line(exc)})") from exc
 
 
-def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
+def _read_policy(path: Path, preset: str, trees: dict | None, root: Path, chain_trees: dict | None = None):
+    """policy.json's policy; --preset default: with trees.arrow's scorer, and chain_trees.arrow's
+    where the run fitted a chain model (policy.json's chain_model)."""
     data = _read_json(path)
     try:
         if data["kind"] != preset:
             raise SpecdraftError(f"{path}: a {data['kind']!r} policy in a --preset {preset} bundle")
         if preset == "default":
-            nodes = pa.table({name: trees[name] for name in TREE_COLUMNS})
-            try:
-                ensemble = TreeEnsemble(float(data["baseline"]), nodes, len(data["features"]))
-            except SpecdraftError as exc:
-                raise SpecdraftError(f"{trees_path}: {exc}") from exc
+            ensemble = _ensemble(trees, float(data["baseline"]), len(data["features"]), root / "trees.arrow")
+            chain_model = None
+            if data.get("chain_model"):
+                if chain_trees is None:
+                    raise SpecdraftError(f"{root / MANIFEST}: lists no {CHAIN_TREES_TABLE}, which the run's policy "
+                                         "scores with")
+                chain_model = _ensemble(chain_trees, float(data["chain_baseline"]), len(data["features"]),
+                                        root / CHAIN_TREES_TABLE)
             curves = data.get("acceptance_curves")  # None: a bundle of a run before token trees
             choices = tuple(str(c) for c in data["choices"])
             chain = tuple(str(c) for c in data.get("chain", ()))
@@ -492,10 +517,19 @@ def _read_policy(path: Path, preset: str, trees: dict | None, trees_path: Path):
                                     None if curves is None else AcceptanceCurves.from_dict(curves),
                                     tuple(str(c) for c in data.get("scored", choices)),
                                     data.get("scoring") == "per-draft", proposed_families(data),
-                                    data.get("autocomplete_text") == "tokens", chain)
+                                    data.get("autocomplete_text") == "tokens", chain, chain_model)
         return SourceAveragePolicy.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecdraftError(f"{path}: not a {preset} policy ({type(exc).__name__}: {first_line(exc)})") from exc
+
+
+def _ensemble(trees: dict[str, np.ndarray], baseline: float, features: int, path: Path) -> TreeEnsemble:
+    """A tree table's scorer (policy/trees.py); what is wrong with it, one line naming the file."""
+    nodes = pa.table({name: trees[name] for name in TREE_COLUMNS})
+    try:
+        return TreeEnsemble(baseline, nodes, features)
+    except SpecdraftError as exc:
+        raise SpecdraftError(f"{path}: {exc}") from exc
 
 
 def _read_table(path: Path) -> dict[str, np.ndarray]:
@@ -509,7 +543,7 @@ def _read_table(path: Path) -> dict[str, np.ndarray]:
         raise SpecdraftError(f"{path}: not a readable Arrow IPC table ({first_line(exc)})") from exc
     expected = TABLE_COLUMNS[path.name]
     schema = batch.schema
-    if path.name == "trees.arrow":
+    if path.name in TREE_TABLES:
         wrong = schema != _tree_schema()
         types = "tree node columns of policy/trees.py"
     else:

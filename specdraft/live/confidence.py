@@ -4,7 +4,7 @@ position of one session.
 The candidates stage builds, per position, every family's drafts (sql/drafters/*.sql); the
 confidence policy scores each selectable draft from features of the whole set
 (candidate_features.sql) and picks the first highest in (family order, context length) order
-(eval_features.sql, evaluate._pick). Here the same drafts, features and order come from a
+(eval_features.sql, runs.best_in_runs). Here the same drafts, features and order come from a
 session's incremental state:
 
 - recent copy: per context length, each context's count of earlier places in the session and its

@@ -341,7 +341,7 @@ class Session:
         # the argument, and that the bundle can cut drafts, checked at every call: not only where
         # there is a draft to cut
         lengths = None if verify_cost is None else self.drafter.best_lengths(verify_cost)
-        pick, score = self._pick()
+        pick, score = self._pick(first=True)
         if pick is None:
             return []
         draft = list(pick.draft)
@@ -357,10 +357,12 @@ class Session:
         table, edges = lengths
         return draft[: int(table[bisect_right(edges, score), min(len(draft), table.shape[1] - 1)])]
 
-    def _pick(self) -> tuple[Candidate | None, float | None]:
-        """The policy's choice at the current position and its score; (None, None) if none."""
+    def _pick(self, first: bool = False) -> tuple[Candidate | None, float | None]:
+        """The policy's choice at the current position and its score; (None, None) if none.
+        first: the first choice there, where the chain model scores the chain families' drafts
+        (ConfidencePolicy.score); else the choice after a chained token."""
         candidates = self._candidates()
-        picked, scores = self._scores(candidates)
+        picked, scores = self._scores(candidates, first=first)
         if not picked:
             return None, None
         best = first_best(scores)
@@ -443,9 +445,10 @@ class Session:
                 out.append(Candidate(ARITHMETIC, 0, 0, 0, list(draft), "arithmetic"))
         return out
 
-    def _scores(self, candidates: list[Candidate], trees: bool = False) -> tuple[list[int], list[float]]:
+    def _scores(self, candidates: list[Candidate], trees: bool = False, first: bool = False) -> tuple[list[int], list[float]]:
         """The candidates the policy may choose (their indexes) and its score of each; trees=True:
-        those that branch token trees and multi-draft proposals (the choices and evidence drafts)."""
+        those that branch token trees and multi-draft proposals (the choices and evidence drafts);
+        first=True: the first choice's scores, the chain model's for the chain families' drafts."""
         drafter = self.drafter
         if drafter.choices is None:
             return list(range(len(candidates))), policy_scores(candidates, drafter.policy)
@@ -458,7 +461,17 @@ class Session:
             return picked, model.raw_predict_checked(self._features(candidates, picked)).tolist()
         scorers = scoring_indexes(candidates, picked, drafter.choices)
         own = sorted(set(scorers))
-        raw = dict(zip(own, model.raw_predict_checked(self._features(candidates, own)).tolist()))
+        matrix = self._features(candidates, own)
+        chain_model = drafter.policy.chain_trees if first else None
+        if chain_model is None:
+            values = model.raw_predict_checked(matrix)
+        else:
+            by_chain = np.array([candidates[i].order in drafter.chain for i in own])
+            values = np.empty(len(own))
+            for scorer_model, rows in ((model, ~by_chain), (chain_model, by_chain)):
+                if rows.any():
+                    values[rows] = scorer_model.raw_predict_checked(matrix[rows])
+        raw = dict(zip(own, values.tolist()))
         return picked, [raw[scorer] for scorer in scorers]
 
     def _features(self, candidates: list[Candidate], rows: list[int]) -> np.ndarray:
@@ -679,7 +692,7 @@ def backoff_raw(steps: list[tuple[int, int, int]]) -> float:
 
 
 def first_best(scores: list[float]) -> int:
-    """The index of the first highest score (evaluate._pick: Python's max keeps the first, and
+    """The index of the first highest score (runs.best_in_runs: Python's max keeps the first, and
     index finds the first equal to it; scores are never NaN).
 
     >>> first_best([1.0, 3.0, 3.0, 2.0])

@@ -56,6 +56,12 @@ def replay(warehouse: Path, run_id: str | None, bundle: Path) -> dict:
         if not drafter.policy.text_from_tokens:  # the run read the dataset's prompt text
             prompt_texts = _prompt_texts(wh, results["dataset"], traces.column("trace_id").to_pylist())
         chosen = wh.query("live/replay_drafts", {"run_id": results["run_id"]}).to_arrow_table()
+        # the choices after a chained token (runs before the chain model recorded none: their own)
+        seconds = chosen.column("draft")
+        if "second_source" in wh.column_names("eval_positions"):
+            seconds = wh.query("live/replay_second_drafts", {"run_id": results["run_id"]}).to_arrow_table().column(
+                "second_draft")
+        chosen = chosen.append_column("second_draft", seconds)
     prompts = traces.column("prompt_len").to_pylist()
     tokens = traces.column("tokens").to_pylist()
     walk = every_position(drafter, traces.column("trace_id").to_pylist(), prompts, tokens, chosen, prompt_texts)
@@ -113,6 +119,7 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
     chosen_trace = chosen.column("trace_id").to_pylist()
     chosen_pos = chosen.column("pos").to_pylist()
     chosen_draft = chosen.column("draft").to_pylist()
+    second_draft = chosen.column("second_draft").to_pylist()
     chosen_source = chosen.column("source").to_pylist()
     draft_len = drafter.draft_len
     clock = time.perf_counter_ns
@@ -133,7 +140,7 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
             expected = chosen_draft[row] or []
             same = draft == expected
             if expected and families.ORDER.get(chosen_source[row].split(":")[0]) in drafter.chain:
-                same = _same_chained(draft, expected, trace[pos], _next_draft(chosen_trace, chosen_pos, chosen_draft, row), draft_len)
+                same = _same_chained(draft, expected, trace[pos], _next_draft(chosen_trace, chosen_pos, second_draft, row), draft_len)
             if same:
                 exact += 1
             elif len(mismatches) < SHOWN_MISMATCHES:
@@ -152,8 +159,8 @@ def every_position(drafter: Drafter, trace_ids: list[int], prompts: list[int], t
 
 
 def _next_draft(trace_ids: list[int], positions: list[int], drafts: list, row: int) -> list[int] | None:
-    """The run's chosen draft at the position after row's in its trace ([] if none), None past
-    the trace's last."""
+    """The run's draft at the position after row's in its trace (drafts: replay_drafts' second
+    choices, the choice after a chained token; [] if none), None past the trace's last."""
     if row + 1 < len(trace_ids) and (trace_ids[row + 1], positions[row + 1]) == (trace_ids[row], positions[row] + 1):
         return drafts[row + 1] or []
     return None

@@ -56,9 +56,9 @@ class Policy(Protocol):
     def to_dict(self) -> dict:
         """What results.json records of the fitted policy."""
 
-    def model_table(self) -> pa.Table | None:
-        """A fitted model too big for results.json, as a table the run records beside it
-        (policy_trees), or None if to_dict() says it all."""
+    def model_tables(self) -> dict[str, pa.Table]:
+        """The fitted models too big for results.json, as tables the run records beside it, by the
+        table they are recorded in (policy_trees, policy_chain_trees); none if to_dict() says it all."""
 
 
 def policy_for(preset: str) -> type[Policy]:

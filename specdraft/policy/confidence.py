@@ -21,6 +21,7 @@ from specdraft.config import RunConfig
 from specdraft.drafters import families
 from specdraft.errors import SpecdraftError
 from specdraft.policy.draft_trees import AcceptanceCurves
+from specdraft.policy.runs import best_in_runs, run_starts
 from specdraft.policy.trees import TreeEnsemble
 from specdraft.sources.tokenizer import Tokenizer
 from specdraft.tables.hashing import lexsort
@@ -85,6 +86,11 @@ IN_TREES = families.IN_TREES
 TREES = 100
 LEAVES = 63
 SCORE_ROWS = 1 << 16  # drafts scored at a time
+# The model of the first choice is fitted on every second calibration position (the seed's
+# sample); the chain model on every position, since its labels read the choice at the next one
+# (config.CHAIN_MODEL_CALIBRATION). Fitting the first on every position too chose no better
+# (development set 2.4774 / 1.0303 against 2.4777 / 1.0306) and took twice as long (2.4 s).
+FIRST_CHOICE_STRIDE = 2
 
 
 def feature_columns() -> tuple[str, ...]:
@@ -154,12 +160,22 @@ class ConfidencePolicy:
     excluded: tuple[str, ...] = ()
     trees: TreeEnsemble | None = None  # the model as the bundle stores it (trees.py), checked equal
     curves: AcceptanceCurves | None = None  # how far drafts scored alike were accepted (token trees)
+    # The chain model: what a chain family's draft accepts as the drafter proposes it, its first
+    # token and then the choice after it (a lightgbm.Booster, its TreeEnsemble, its drafts). It
+    # scores those families' drafts in the first choice at a position; the choice after their first
+    # token, and everything the trees and multi-draft proposals rank, is the model's above.
+    chain_model: object = None
+    chain_trees: TreeEnsemble | None = None
+    chain_drafts: int = 0
 
     @classmethod
-    def fit(cls, features: pa.Table, draft_len: int, exclude_families: tuple[str, ...] = ()) -> ConfidencePolicy:
-        """Fit on the calibration drafts of the IN_TREES families (less any excluded ones), and
-        read the acceptance curves the token trees use off the same drafts' predictions."""
-        import lightgbm
+    def fit(cls, features: pa.Table, draft_len: int, exclude_families: tuple[str, ...] = (),
+            chain_model: bool = False) -> ConfidencePolicy:
+        """Fit on the calibration drafts of the IN_TREES families (less any excluded ones) at every
+        FIRST_CHOICE_STRIDE-th position, and read the acceptance curves the token trees use off the
+        same drafts' predictions; with chain_model (--chain-model, whose calibration has every
+        position), then the chain model on the chain families' drafts at every position
+        (chain_labels)."""
 
         # one row per draft at a position (a draft proposed by several sources is one proposal) of
         # the families scored: the rows found from the few columns that say which, and then the
@@ -168,57 +184,94 @@ class ConfidencePolicy:
         scored_at = np.flatnonzero(scored_mask(features, exclude_families))
         ids = _position_ids(features.column("trace_id").to_numpy()[scored_at],
                             features.column("pos").to_numpy()[scored_at])
-        positions = int(ids[-1]) + 1 if len(ids) else 0
         scorers = scoring_rows(ids, features.column("draft_key").to_numpy()[scored_at],
                                selectable_rows(features, exclude_families)[scored_at])
-        keep = features.select([*feature_columns(), *LABELS]).take(
-            pa.array(scored_at[scorers == np.arange(len(scored_at))]))
+        keep = features.select([*feature_columns(), *LABELS, "trace_id", "pos", "draft_tokens"]).take(
+            pa.array(scored_at[scorers == np.arange(len(scored_at))]))  # (completion_pos is a feature)
         del features  # (calibrate's only reference: the rest of its columns go)
         accepted = keep.column("accepted").to_numpy().astype(np.float64)
-        if keep.num_rows < 2 or accepted.sum() == 0:
+        first = keep.column("completion_pos").to_numpy() % FIRST_CHOICE_STRIDE == 0
+        n_first = int(np.count_nonzero(first))
+        positions = len(run_starts(position_ids(keep)[first]))
+        if n_first < 2 or accepted[first].sum() == 0:
             # nothing to learn from (and a Poisson fit needs some acceptance): every draft scores
             # the same, so ties keep the candidate order
-            return cls(None, keep.num_rows, 0, tuple(exclude_families))
-        rows = keep.num_rows
-        matrix = feature_matrix(keep, np.float64)  # as LightGBM reads it: no copy of it in train()
-        del keep
+            return cls(None, n_first, 0, tuple(exclude_families))
+        matrix = feature_matrix(keep, np.float64)  # as LightGBM reads it
+        if not chain_model:
+            del keep  # (the chain labels read it)
         release_unused_memory()  # the Arrow tables' pages, before LightGBM's bins are made
-        params = model_params(rows)
-        dataset = lightgbm.Dataset(matrix, accepted, params=params, categorical_feature=[0])
-        model = lightgbm.train(params, dataset, num_boost_round=TREES, keep_training_booster=True)
-        curves = AcceptanceCurves.fit(training_predictions(model, len(matrix)), accepted, draft_len)
+        # without the chain model's positions, every row: no copy of the matrix in train()
+        fitted = matrix if n_first == len(matrix) else matrix[first]
+        model = _train(fitted, accepted[first], keep_training=True)
+        # its predictions: of the drafts it was fitted on as its training kept them, and of the
+        # other positions' choices (the picks chain_labels reads; the rest are never read)
+        predicted = np.zeros(len(matrix))
+        predicted[first] = training_predictions(model, n_first)
+        curves = AcceptanceCurves.fit(predicted[first], accepted[first], draft_len)
         model.free_dataset()
-        del dataset
-        trees = exported_trees(model, matrix)
-        return cls(model, rows, positions, tuple(exclude_families), trees, curves)
+        trees = exported_trees(model, fitted)
+        del fitted
+        chained_model, chain_trees, chained = None, None, np.zeros(0, dtype=bool)
+        if chain_model:
+            later = ~first & selectable_rows(keep, exclude_families)
+            predicted[later] = raw_predict(model, matrix[later])
+            chained, labels = chain_labels(keep, predicted, cls.chain, draft_len, exclude_families)
+            if np.count_nonzero(chained) >= 2 and labels[chained].sum() > 0:
+                chained_model = _train(matrix[chained], labels[chained])
+                chain_trees = exported_trees(chained_model, matrix[chained])
+        return cls(model, n_first, positions, tuple(exclude_families), trees, curves,
+                   chained_model, chain_trees, int(np.count_nonzero(chained)) if chain_trees is not None else 0)
 
     @classmethod
     def calibrate(cls, wh: Warehouse, cfg: RunConfig) -> ConfidencePolicy:
-        return cls.fit(calibration_features(wh), cfg.draft_len)
+        return cls.fit(calibration_features(wh), cfg.draft_len, chain_model=cfg.chain_model)
 
     def score(self, drafts: pa.Table, wanted: np.ndarray | None = None) -> np.ndarray:
         """The model's raw (log-scale) prediction of each draft's accepted length: what the pick
         compares, here and live (ranking by exp of it would be the same but for float ties).
         wanted: a mask of the drafts to score (default: every draft); their predictions, in order."""
+        return self.scores(drafts, wanted, first=False)[0]
+
+    def scores(self, drafts: pa.Table, wanted: np.ndarray | None = None,
+               first: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """score()'s predictions, and (first) the first choice's at a position: there the chain
+        model scores the chain families' drafts (as proposed: their first token, then the choice
+        after it), the model the rest. The model's alone are what the choice after a chained
+        token, the token trees and the multi-draft proposals compare. One feature matrix a slice
+        serves both. The first choice's are None without a chain model (they are the model's)."""
         count = drafts.num_rows if wanted is None else int(np.count_nonzero(wanted))
         if count == 0 or self.model is None:
-            return np.zeros(count)
+            return np.zeros(count), None
+        chained = None
+        if first and self.chain_model is not None:
+            chained = _in_families(drafts, [name for name in self.chain if name not in self.excluded])
         # a slice at a time: the feature matrix and LightGBM's copies of it stay small (each row's
         # prediction is its own, so slicing changes no value); the slices are the table's own
         # (taking the wanted rows out of it first copied every feature column: 0.4 s on the
         # development set's eval drafts)
-        predicted = []
+        predicted, firsts = [], []
         for start in range(0, drafts.num_rows, SCORE_ROWS):
+            rows = slice(start, start + SCORE_ROWS)
             matrix = feature_matrix(drafts.slice(start, SCORE_ROWS), np.float64)
             if wanted is not None:
-                matrix = matrix[wanted[start : start + SCORE_ROWS]]
-            if len(matrix):
-                predicted.append(raw_predict(self.model, matrix))
-        return np.concatenate(predicted)
+                matrix = matrix[wanted[rows]]
+            if not len(matrix):
+                continue
+            predicted.append(raw_predict(self.model, matrix))
+            if chained is not None:
+                by_chain = chained[rows] if wanted is None else chained[rows][wanted[rows]]
+                part = predicted[-1].copy()
+                if by_chain.any():
+                    part[by_chain] = raw_predict(self.chain_model, matrix[by_chain])
+                firsts.append(part)
+        return np.concatenate(predicted), (np.concatenate(firsts) if chained is not None else None)
 
-    def model_table(self) -> pa.Table | None:
-        """The trees as a node table (trees.NODE_COLUMNS), recorded with the run for export."""
-        return None if self.trees is None else self.trees.nodes
+    def model_tables(self) -> dict[str, pa.Table]:
+        """The trees as node tables (trees.NODE_COLUMNS), recorded with the run for export: the
+        model's in policy_trees, the chain model's in policy_chain_trees."""
+        recorded = {"policy_trees": self.trees, "policy_chain_trees": self.chain_trees}
+        return {table: trees.nodes for table, trees in recorded.items() if trees is not None}
 
     def evaluate(self, wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: Path):
         from specdraft.policy.evaluate import evaluate_confidence
@@ -235,7 +288,8 @@ class ConfidencePolicy:
         for family in SELECTABLE:
             if not results["per_source"].get(family, {}).get("proposed"):
                 continue
-            without = ConfidencePolicy.fit(features, cfg.draft_len, exclude_families=(family,))
+            without = ConfidencePolicy.fit(features, cfg.draft_len, exclude_families=(family,),
+                                           chain_model=cfg.chain_model)
             avg = summarize(without.evaluate(wh, cfg, None, None).selected, cfg.draft_len)["avg_accepted"]
             table[family] = {"selected_without": avg, "marginal": full - avg}
         return table
@@ -254,6 +308,11 @@ class ConfidencePolicy:
             # the families after whose pick the drafter chooses again past the first token (runs
             # before 2026-12-07, without this key: none)
             "chain": list(self.chain) if self.model is not None else [],
+            # the first choice scores the chain families' drafts by the chain model (runs before
+            # 2026-12-07's chain model, without this key: by the model above), fitted on this many
+            # drafts; its trees are the run's policy_chain_trees rows
+            "chain_model": self.chain_trees is not None,
+            "chain_drafts": self.chain_drafts,
             "trees": TREES,
             "leaves": LEAVES,
             # how its n-gram drafts were chosen (ngram_choices.sql), which export chooses again
@@ -266,6 +325,7 @@ class ConfidencePolicy:
             "calibration_positions": self.calibration_positions,
             # the raw prediction's constant term; the trees are the run's policy_trees rows
             "baseline": None if self.trees is None else self.trees.baseline,
+            "chain_baseline": None if self.chain_trees is None else self.chain_trees.baseline,
             # the token trees' chance per draft and depth (draft_trees.py), by raw prediction bin
             "acceptance_curves": None if self.curves is None else self.curves.to_dict(),
         }
@@ -302,6 +362,55 @@ def scoring_rows(positions: np.ndarray, draft_keys: np.ndarray, choosable: np.nd
     scorers = np.empty(len(rows), dtype=np.int64)
     scorers[order] = np.repeat(order[starts], np.diff(np.r_[starts, len(rows)]))
     return scorers
+
+
+def chain_labels(drafts: pa.Table, predicted: np.ndarray, chain: tuple[str, ...], draft_len: int,
+                 exclude_families: tuple[str, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """The drafts the chain model is fitted on (a mask) and their labels: what each accepts as the
+    drafter proposes it (drafts: one row per distinct draft at a calibration position, in
+    position order; predicted: the first model's raw prediction of each).
+
+    A chain family's whole draft (draft_len tokens) whose first token is the trace's is proposed as
+    that token and then the choice at the next position, the first model's pick there: its label
+    is 1 + what that pick accepted (at most draft_len - 1). The pick's own tokens that follow a
+    shorter choice are left out of the label. Its other drafts are proposed as they are: their
+    label is what they accepted. A whole draft whose next position was not calibrated (past the
+    last calibration position of its trace) is left out: what it would accept is not known.
+
+    >>> drafts = pa.table({"trace_id": [1, 1, 1, 1], "pos": [5, 5, 6, 6], "completion_pos": [0, 0, 1, 1],
+    ...                    "family": ["ngram-all", "recent-copy", "ngram-all", "recent-copy"],
+    ...                    "accepted": [2, 1, 0, 2], "draft_tokens": [4, 4, 4, 4]})
+    >>> fitted, labels = chain_labels(drafts, np.array([0.5, 0.1, 0.2, 0.9]), ("ngram-all",), 4)
+    >>> fitted.tolist(), labels.tolist()  # the pick at position 6 accepted 2: 1 + 2 at position 5
+    ([True, False, True, False], [3.0, 1.0, 0.0, 2.0])
+    """
+    positions = position_ids(drafts)
+    accepted = drafts.column("accepted").to_numpy().astype(np.float64)
+    choice = np.flatnonzero(selectable_rows(drafts, exclude_families))
+    picks = choice[best_in_runs(predicted[choice], run_starts(positions[choice]))]
+    n_positions = int(positions[-1]) + 1 if len(positions) else 0
+    pick_accepted = np.zeros(n_positions)  # 0 where nothing could be chosen
+    pick_accepted[positions[picks]] = accepted[picks]
+    firsts = run_starts(positions)
+    trace = drafts.column("trace_id").to_numpy()[firsts]
+    completion_pos = drafts.column("completion_pos").to_numpy()[firsts]
+    has_next = np.r_[(trace[1:] == trace[:-1]) & (completion_pos[1:] == completion_pos[:-1] + 1), False][positions]
+    next_accepted = np.r_[pick_accepted[1:], 0.0][positions]
+    in_chain = _in_families(drafts, [name for name in chain if name not in exclude_families])
+    whole = in_chain & (drafts.column("draft_tokens").to_numpy() == draft_len) & (accepted >= 1)
+    labels = accepted.copy()
+    labels[whole] = 1 + np.minimum(next_accepted[whole], draft_len - 1)
+    return in_chain & (has_next | ~whole), labels
+
+
+def _train(matrix: np.ndarray, labels: np.ndarray, keep_training: bool = False):
+    """A booster fitted on the rows (model_params); keep_training: its training predictions are
+    read after (training_predictions), and free_dataset lets its data go."""
+    import lightgbm
+
+    params = model_params(len(matrix))
+    dataset = lightgbm.Dataset(matrix, labels, params=params, categorical_feature=[0])
+    return lightgbm.train(params, dataset, num_boost_round=TREES, keep_training_booster=keep_training)
 
 
 def model_params(rows: int) -> dict:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from specdraft.config import RunConfig
 from specdraft.drafters import families
@@ -30,7 +29,7 @@ from specdraft.errors import SpecdraftError
 from specdraft.policy.confidence import scored_mask, scoring_rows, selectable_rows
 from specdraft.policy.draft_length import length_study
 from specdraft.policy.draft_trees import TREE_BUDGETS, TREE_DRAFTS, tree_accepted, tree_holdings
-from specdraft.policy.runs import rank_in_runs, run_starts
+from specdraft.policy.runs import best_in_runs, rank_in_runs, run_starts
 from specdraft.policy.walks import walk_positions
 from specdraft.progress import progress
 from specdraft.sources.tokenizer import Tokenizer
@@ -97,15 +96,6 @@ def _group_starts(trace_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(change) + 1])
 
 
-def _pick(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Row index of the first highest score in each group (Python's max keeps the first)."""
-    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
-    best = np.maximum.reduceat(scores, starts) if len(starts) else np.zeros(0)
-    at_best = np.flatnonzero(scores == best[group])
-    _, first = np.unique(group[at_best], return_index=True)
-    return at_best[first]
-
-
 def _resolve_near_ties(wh, cand, scores, raw, starts, policy) -> np.ndarray:
     """Recompute the exact backoff score where a rounding difference could change the pick."""
     group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
@@ -160,7 +150,7 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     chosen_source = np.full(n_positions, None, dtype=object)
     chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
-        picks = _pick(scores, starts)
+        picks = best_in_runs(scores, starts)
         selected[flat] = accepted[picks]
         oracle[flat] = np.maximum.reduceat(accepted, starts)
         chosen_source[flat] = cand.column("source").to_numpy(zero_copy_only=False)[picks]
@@ -181,7 +171,7 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     other = np.flatnonzero(family_order != PROMPT_ORDER)
     if len(other):
         other_starts = _group_starts(cand_trace[other], cand_pos[other])
-        other_picks = other[_pick(scores[other], other_starts)]
+        other_picks = other[best_in_runs(scores[other], other_starts)]
         where = row_flat[other_picks]
         best_other_score[where] = scores[other_picks]
         best_other_order[where] = family_order[other_picks]
@@ -193,8 +183,11 @@ def evaluate(wh: Warehouse, cfg: RunConfig, tokenizer: Tokenizer, traces_path: P
     return Evaluation(selected, oracle, per_source, proposed, decode, positions=positions)
 
 
-def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_source, chosen_ctx) -> pa.Table:
-    """One row per eval position (trace order, then position): what was chosen and how it did."""
+def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_source, chosen_ctx,
+                    second_source=None) -> pa.Table:
+    """One row per eval position (trace order, then position): what was chosen and how it did,
+    and (--preset default) the choice made there after a chained token (second_source: the draft
+    the pick before it proposes after its first token, where that token is the trace's)."""
     n_resp = np.asarray(n_resp, dtype=np.int64)
     starts = np.repeat(np.cumsum(n_resp) - n_resp, n_resp)
     completion_pos = np.arange(int(n_resp.sum())) - starts
@@ -207,6 +200,8 @@ def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_sou
             "ctx_len": chosen_ctx,
             "accepted": selected,
             "oracle_accepted": oracle,
+            "second_source": pa.array(np.full(len(selected), None, dtype=object).tolist()
+                                      if second_source is None else second_source.tolist(), pa.string()),
         }
     )
 
@@ -281,11 +276,17 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     own = scorers == np.arange(len(scored_rows))
     to_score = np.zeros(everything.num_rows, dtype=bool)
     to_score[scored_rows[own]] = True
+    # the model's scores, and the first choice's (ConfidencePolicy.scores: the chain model's for
+    # the chain families' drafts); the rankings other than the first choice read the model's
     predicted = np.zeros(len(scored_rows))
-    predicted[own] = policy.score(everything, to_score)
-    predicted = predicted[scorers]
+    predicted[own], firsts = policy.scores(everything, to_score)
+    first_predicted = predicted.copy()
+    if firsts is not None:
+        first_predicted[own] = firsts
+    predicted, first_predicted = predicted[scorers], first_predicted[scorers]
     all_predicted = np.zeros(everything.num_rows)
     all_predicted[scored_rows] = predicted
+    lengths_of = everything.column("draft_tokens").to_numpy()[scored_rows]
     scored = everything.select(["trace_id", "pos", "source", "ctx_len"]).take(pa.array(scored_rows))
     choice = np.flatnonzero(is_choice)  # rows of `scored`
     starts = run_starts(flat[choice])
@@ -293,13 +294,21 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
     oracle = np.zeros(n_positions, dtype=np.int64)
     multi = {f"top{k}": np.zeros(n_positions, dtype=np.int64) for k in MULTI_DRAFT}
     chosen_source = np.full(n_positions, None, dtype=object)
+    second_source = np.full(n_positions, None, dtype=object)
     chosen_ctx = np.zeros(n_positions, dtype=np.int64)
     if len(starts):
-        picks = choice[_pick(predicted[choice], starts)]
+        picks = choice[best_in_runs(first_predicted[choice], starts)]
         selected[flat[picks]] = accepted[picks]
         oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
         chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
         chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
+        # the choice after a chained token: the model's pick, without the chain model
+        seconds = choice[best_in_runs(predicted[choice], starts)]
+        second_source[flat[seconds]] = scored.column("source").take(pa.array(seconds)).to_numpy(zero_copy_only=False)
+        second_accepted = np.zeros(n_positions, dtype=np.int64)
+        second_accepted[flat[seconds]] = accepted[seconds]
+        second_len = np.zeros(n_positions, dtype=np.int64)
+        second_len[flat[seconds]] = lengths_of[seconds]
         # the positions whose pick chooses again past its first token (ConfidencePolicy.chain)
         chained = np.zeros(n_positions, dtype=bool)
         chained[flat[picks]] = np.isin(all_family[scored_rows[picks]],
@@ -322,7 +331,7 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         # the source alone: its own best-scored draft at each position where it has one
         rows = np.flatnonzero(all_family == code)
         own_starts = run_starts(all_flat[rows])
-        own_picks = rows[_pick(all_predicted[rows], own_starts)]
+        own_picks = rows[best_in_runs(all_predicted[rows], own_starts)]
         alone = np.zeros(n_positions, dtype=np.int64)
         alone[all_flat[own_picks]] = all_accepted[own_picks]
         per_source[name] = alone
@@ -351,8 +360,8 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
             **{f"held_b{budget}": values for budget, values in held.items()},
         })
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
-        chosen_raw[flat[picks]] = predicted[picks]
-        chosen_len[flat[picks]] = pc.list_value_length(chosen_drafts).to_numpy()
+        chosen_raw[flat[picks]] = first_predicted[picks]  # what live propose(verify_cost) cuts by
+        chosen_len[flat[picks]] = lengths_of[picks]
         pick_at = np.full(n_positions, -1, dtype=np.int64)
         pick_at[flat[picks]] = np.arange(len(picks))
 
@@ -361,38 +370,48 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
             return _accepted_after(wh, eval_trace_ids[trace], prompt_lens[trace] + at - offsets[trace],
                                    chosen_drafts.take(pa.array(pick_at[at])), after + 1)
 
-        selected = chained_acceptance(selected, chained, chosen_len, offsets, cfg.draft_len, filled)
+        selected = chained_acceptance(selected, chained, chosen_len, offsets, cfg.draft_len, filled,
+                                      second_accepted, second_len)
         draft_length = length_study(policy.curves, selected, chosen_raw, chosen_len, offsets, cfg.verify_cost)
     decode = decode_walk_from_choices(selected, offsets, cfg.draft_len)
     multi_decode = {name: decode_walk_from_choices(values, offsets, cfg.draft_len) for name, values in multi.items()}
     positions = positions_table(eval_trace_ids, prompt_lens, n_resp,
-                                selected, oracle, chosen_source, chosen_ctx)
+                                selected, oracle, chosen_source, chosen_ctx, second_source)
     return Evaluation(selected, oracle, per_source, proposed, decode, multi, positions, multi_decode, draft_length,
                       trees)
 
 
 def chained_acceptance(accepted: np.ndarray, chained: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
-                       draft_len: int, filled: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+                       draft_len: int, filled: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                       second_accepted: np.ndarray | None = None, second_lengths: np.ndarray | None = None) -> np.ndarray:
     """What each position's draft accepts where its pick chooses again past its first token
     (`chained`, and the pick a whole draft_len long; lengths: each position's chosen draft's): the
     first token, then the choice at the next position as if that token had been written, and where
     that choice is shorter, the pick's own tokens after it, so that the draft is draft_len long.
     The live drafter makes that choice on the token it drafted; where the token is the trace's, it
-    is the next position's own choice, whose acceptance is known here, and where it is not, nothing
-    past it is accepted either way: the acceptance is exact, though the tokens after a wrong first
-    one are not known here. At a trace's last position at most one token is left to accept.
+    is the next position's choice after a chained token (second_accepted, second_lengths: what it
+    accepted and its length at each position; by default the position's own pick, where the first
+    choice has no chain model), whose acceptance is known here, and where it is not, nothing past
+    it is accepted either way: the acceptance is exact, though the tokens after a wrong first one
+    are not known here. At a trace's last position at most one token is left to accept.
     filled(positions, next_lengths): how many of the pick's tokens after a next choice accepted
     whole are accepted too (policy/eval_next_tokens.sql compares them with the trace).
 
     >>> chained_acceptance(np.array([3, 5, 0, 2, 1]), np.array([True, False, True, True, False]),
     ...                    np.array([16, 16, 16, 16, 16]), np.array([0, 5]), 16, lambda at, n: np.zeros(len(at), int)).tolist()
     [6, 5, 0, 2, 1]
+    >>> chained_acceptance(np.array([3, 5, 0, 2, 1]), np.array([True, False, True, True, False]),
+    ...                    np.array([16, 16, 16, 16, 16]), np.array([0, 5]), 16, lambda at, n: np.zeros(len(at), int),
+    ...                    np.array([3, 9, 0, 2, 4]), np.array([16, 16, 16, 16, 16])).tolist()
+    [10, 5, 0, 5, 1]
     """
+    second_accepted = accepted if second_accepted is None else second_accepted
+    second_lengths = lengths if second_lengths is None else second_lengths
     n = len(accepted)
     last = np.zeros(n, dtype=bool)
     last[offsets[1:] - 1] = True  # each trace's last position: no next position here
-    next_accepted = np.r_[accepted[1:], 0]
-    next_length = np.r_[lengths[1:], 0]
+    next_accepted = np.r_[second_accepted[1:], 0]
+    next_length = np.r_[second_lengths[1:], 0]
     chain = chained & (accepted >= 1) & ~last & (lengths == draft_len)
     out = accepted.copy()
     out[chain] = 1 + np.minimum(next_accepted[chain], draft_len - 1)

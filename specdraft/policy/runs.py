@@ -22,3 +22,17 @@ def rank_in_runs(starts: np.ndarray, n: int) -> np.ndarray:
     [0, 1, 0, 0, 1]
     """
     return np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+
+
+def best_in_runs(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Row index of the first highest score in each run (Python's max keeps the first), given
+    the runs' starts.
+
+    >>> best_in_runs(np.array([1.0, 3.0, 3.0, 2.0, 0.5]), np.array([0, 3])).tolist()
+    [1, 3]
+    """
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(scores))))
+    best = np.maximum.reduceat(scores, starts) if len(starts) else np.zeros(0)
+    at_best = np.flatnonzero(scores == best[group])
+    _, first = np.unique(group[at_best], return_index=True)
+    return at_best[first]

@@ -80,8 +80,8 @@ class SourceAveragePolicy:
     def leave_one_out(self, wh: Warehouse, cfg: RunConfig, results: dict) -> dict:
         raise SpecdraftError("--leave-one-out needs --preset default (the seed's policy has no refit)")
 
-    def model_table(self) -> None:
-        return None  # to_dict() holds the whole policy
+    def model_tables(self) -> dict:
+        return {}  # to_dict() holds the whole policy
 
     @classmethod
     def from_dict(cls, data: dict) -> SourceAveragePolicy:

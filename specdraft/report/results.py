@@ -87,11 +87,13 @@ def new_run_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None, model=None,
-               build_keys: dict[str, str] | None = None) -> str:
+def record_run(wh: Warehouse, results: dict, run_id: str | None = None, positions=None,
+               models: dict | None = None, build_keys: dict[str, str] | None = None) -> str:
     """Add the run to the warehouse's runs table (and its eval positions to the dataset's
-    eval_positions table, its policy's model table, if any, to policy_trees, the build key of
-    each kept stage's tables it used to run_builds); results["run_id"] is set."""
+    eval_positions table, its policy's model tables, if any, to the tables they name (policy_trees,
+    policy_chain_trees), the build key of each kept stage's tables it used to run_builds);
+    results["run_id"] is set. A column added to eval_positions since the warehouse's older runs
+    is added to its table, null in their rows (Warehouse.store)."""
     import pyarrow as pa
 
     results["run_id"] = run_id or new_run_id()
@@ -101,9 +103,9 @@ def record_run(wh: Warehouse, results: dict, run_id: str | None = None, position
                                          "stage": pa.array(list(build_keys), pa.string()),
                                          "build_key": pa.array(list(build_keys.values()), pa.string())}),
                  append=wh.has_table("run_builds"))
-    if model is not None:
+    for table, model in (models or {}).items():
         run_ids = pa.array([results["run_id"]] * model.num_rows, pa.string())
-        wh.store("policy_trees", model.add_column(0, "run_id", run_ids), append=True)
+        wh.store(table, model.add_column(0, "run_id", run_ids), append=True)
     if positions is not None:
         run_ids = pa.array([results["run_id"]] * positions.num_rows, pa.string())
         wh.store("eval_positions", positions.add_column(0, "run_id", run_ids), append=True)

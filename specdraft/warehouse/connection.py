@@ -693,10 +693,13 @@ class Warehouse:
         """Write an Arrow table made in Python (backoff walk, prompt autocomplete, eval positions)
         as a table, or append its rows. compression: how a new table stores some of its columns
         (DuckDB's names: "uncompressed", "rle", ...), where its search for the best one would cost
-        more time than the room it saves (random hashes); the others it chooses as usual."""
+        more time than the room it saves (random hashes); the others it chooses as usual. Rows
+        appended with a column the table lacks (one added since its first rows: eval positions)
+        add it, null in the rows before."""
         target = quote_identifier(table)
         # scanned, not registered: a registered table stays in memory until the transaction ends
         if append and self.has_table(table):
+            self._add_missing_columns(table, data)
             statement = f"insert into {target} by name select * from _specdraft_arrow"
         elif compression:
             columns = self._execute_scanning("describe select * from _specdraft_arrow", None,
@@ -707,6 +710,21 @@ class Warehouse:
             statement = f"create or replace table {target} as select * from _specdraft_arrow"
         self._execute_scanning(statement, None, {"_specdraft_arrow": data})
         self._statement_done()
+
+    def column_names(self, table: str) -> set[str]:
+        """The columns of `table` in the current schema (none if there is no such table)."""
+        return {row[0] for row in self.con.execute(
+            "select column_name from information_schema.columns where table_name = ? and table_schema = current_schema()",
+            [table]).fetchall()}
+
+    def _add_missing_columns(self, table: str, data: Any) -> None:
+        """Add to `table` (in the current schema) the columns of the Arrow table `data` it lacks."""
+        have = self.column_names(table)
+        columns = self._execute_scanning("describe select * from _specdraft_arrow", None,
+                                         {"_specdraft_arrow": data.slice(0, 0)})
+        for name, column_type, *_ in columns:
+            if name not in have:
+                self.con.execute(f"alter table {quote_identifier(table)} add column {quote_identifier(name)} {column_type}")
 
     def _create_with(self, target: str, columns: list[tuple], compression: dict[str, str], temp: bool = False) -> None:
         """An empty table `target` (replacing one of that name) with `columns` (DESCRIBE's rows:

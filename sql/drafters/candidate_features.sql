@@ -69,6 +69,9 @@ select
     -- how far back a copied text starts (its period, for a repetition loop); 0 for other sources
     coalesce(d.pos - d.match_pos, 0)::integer as copy_distance,
     d.accepted::integer as accepted,
+    -- not a feature: the calibration labels of the chain model read which drafts are whole
+    -- (ConfidencePolicy.chain)
+    len(d.draft)::integer as draft_tokens,
     -- counts as INTEGER: the evaluate stage holds every eval draft's row (0.94M on the development set)
     (p1.drafts - 1)::integer as agree1,
     (p2.drafts - 1)::integer as agree2,
