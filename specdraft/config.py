@@ -32,7 +32,8 @@ PRESET_CONTINUATIONS = {"seed": 8, "default": 64}
 # every position below 512 instead: the confidence model is fitted on the seed's sample (every
 # second position: ConfidencePolicy.FIRST_CHOICE_STRIDE), and the chain model (the first choice
 # of the families that choose again past their first token) learns from the choice at the
-# position after each one (policy/confidence.py). A stride / max per trace of 0 is these.
+# position after each one (policy/confidence.py). A stride / max per trace of None is these
+# (RunConfig.calibration_sample); a max of 0, every position at the stride.
 SEED_CALIBRATION = (2, 256)
 CHAIN_MODEL_CALIBRATION = (1, 512)
 NGRAM_CONTEXTS = ("queried", "all")
@@ -112,10 +113,12 @@ class RunConfig:
     train_limit: int = setting(0, "Use the first N train rows (0 = all).")
     calibration_limit: int = setting(0, "Use the first N calibration rows (0 = all).")
     eval_limit: int = setting(0, "Use the first N eval rows (0 = all).")
-    calibration_stride: int = setting(
-        0, "Calibrate on every N-th response position (0: 2 as the seed does, 1 with --chain-model).", flag=False)
-    calibration_max_positions: int = setting(
-        0, "Calibration positions per trace at most (0: 256 as the seed, 512 with --chain-model).", flag=False)
+    calibration_stride: int | None = setting(
+        None, "Calibrate on every N-th response position (None: 2 as the seed does, 1 with --chain-model).",
+        flag=False)
+    calibration_max_positions: int | None = setting(
+        None, "Calibration positions per trace at most, 0 for all (None: 256 as the seed, 512 with --chain-model).",
+        flag=False)
     tokenizer: str = setting(
         DEFAULT_TOKENIZER, "Tokenizer: Qwen2/2.5 and Qwen3.5/3.6 names work offline; others load with transformers.")
     preset: str = setting(
@@ -186,8 +189,13 @@ class RunConfig:
             raise SpecdraftError("--online needs --preset default")
         if self.chain_model and self.preset == "seed":
             raise SpecdraftError("--chain-model needs --preset default")
-        if self.calibration_stride < 0 or self.calibration_max_positions < 0:
-            raise SpecdraftError("calibration stride and positions per trace must be >= 0 (0: as --chain-model says)")
+        stride, most = self.calibration_sample
+        if stride < 1 or most < 0:
+            raise SpecdraftError(f"calibration stride must be >= 1 and positions per trace >= 0, got {stride}, {most}")
+        if self.chain_model and stride != 1:
+            # its labels read the choice at the position after each calibration position
+            raise SpecdraftError(f"--chain-model calibrates on every position: a calibration stride of {stride} "
+                                 "leaves it no next position to learn from")
 
     @classmethod
     def recorded(cls, settings: dict) -> RunConfig:
@@ -206,7 +214,8 @@ class RunConfig:
         """Every stride-th response position, at most max of them per trace: the settings where
         given, else the seed's sample, or with --chain-model every position below 512."""
         stride, most = CHAIN_MODEL_CALIBRATION if self.chain_model else SEED_CALIBRATION
-        return self.calibration_stride or stride, self.calibration_max_positions or most
+        return (stride if self.calibration_stride is None else self.calibration_stride,
+                most if self.calibration_max_positions is None else self.calibration_max_positions)
 
     @property
     def effective_backoff_lengths(self) -> tuple[int, ...]:
@@ -228,6 +237,9 @@ class RunConfig:
     def fingerprint(self, *fields: str) -> str:
         """A short stable hash of the named settings (all settings when none are named)."""
         data = self.to_dict()
+        # the calibration sample as it resolves: a run that left it to the preset, and one that
+        # named the same sample (runs before --chain-model recorded 2 and 256), build the same tables
+        data["calibration_stride"], data["calibration_max_positions"] = self.calibration_sample
         if fields:
             data = {name: data[name] for name in fields}
         blob = json.dumps(data, sort_keys=True).encode()

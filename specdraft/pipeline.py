@@ -205,8 +205,9 @@ STAGES = (
     )),
     # the policy's families and features decide which drafts, and which of their features, it builds
     Stage("candidates", "drafters", uses=("policy",), output=_candidate_counts, build=_build_candidates, settings=(
+        # (the calibration sample as calibration_sample resolves it, --chain-model's included:
+        # RunConfig.fingerprint)
         "backoff_min_context_len", "calibration_stride", "calibration_max_positions", "preset", "online",
-        "chain_model",
     )),
     Stage("calibrate", "policy", output=_calibrate),
     Stage("evaluate", "policy", output=_evaluate),

@@ -578,6 +578,13 @@ def test_the_chain_model_chooses_first_and_travels_in_the_bundle(default_built, 
     (root, results), (plain_root, plain_results) = chain_built, default_built
     assert RunConfig.recorded(results["config"]).calibration_sample == (1, 512)
     assert RunConfig.recorded(plain_results["config"]).calibration_sample == (2, 256)
+    # a run before the flag named the seed's sample: the same tables' settings as leaving it out
+    named = RunConfig.recorded({**plain_results["config"], "calibration_stride": 2, "calibration_max_positions": 256})
+    settings = ("calibration_stride", "calibration_max_positions", "preset")
+    assert named.fingerprint(*settings) == RunConfig.recorded(plain_results["config"]).fingerprint(*settings)
+    assert RunConfig.recorded(results["config"]).fingerprint(*settings) != named.fingerprint(*settings)
+    with pytest.raises(SpecdraftError, match="leaves it no next position"):
+        dataclasses.replace(DEFAULT, chain_model=True, calibration_stride=2)
     assert results["policy"]["chain_model"] and results["policy"]["chain_drafts"] > 0
     assert not plain_results["policy"]["chain_model"] and plain_results["policy"]["chain_drafts"] == 0
     # the first model is fitted on the same calibration drafts, every second position
@@ -592,7 +599,12 @@ def test_the_chain_model_chooses_first_and_travels_in_the_bundle(default_built, 
         assert (trees > 0) == chained
     manifest = json.loads((root / "bundle" / "manifest.json").read_text())
     assert manifest["format_version"] == 4 and "chain_trees.arrow" in manifest["files"]
-    assert "chain_trees.arrow" not in json.loads((plain_root / "bundle" / "manifest.json").read_text())["files"]
+    plain_manifest = json.loads((plain_root / "bundle" / "manifest.json").read_text())
+    assert plain_manifest["format_version"] == 3 and "chain_trees.arrow" not in plain_manifest["files"]
+    # and its config.json names no setting a reader of version 3 would not know
+    plain_config = json.loads((plain_root / "bundle" / "config.json").read_text())
+    assert not {"chain_model", "calibration_stride", "calibration_max_positions"} & set(plain_config)
+    assert json.loads((root / "bundle" / "config.json").read_text())["chain_model"] is True
     assert Drafter.load(root / "bundle").policy.chain_trees is not None
     without = _with_policy(plain_root / "bundle", tmp_path / "without",
                            lambda policy: policy.update(chain_model=True, chain_baseline=0.0))

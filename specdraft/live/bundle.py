@@ -59,8 +59,10 @@ FORMAT = "specdraft-drafter"
 # the first token); a specdraft that reads versions up to 2 would draft without it, so it refuses it.
 # 4 (2026-12-07): chain_trees.arrow and policy.json's chain_model and chain_baseline (the first
 # choice scores the chain families' drafts by the chain model); a specdraft that reads versions up
-# to 3 would score them by the model alone, so it refuses it.
+# to 3 would score them by the model alone, so it refuses it. A bundle without a chain model is
+# still written as version 3, which such a specdraft drafts exactly.
 FORMAT_VERSION = 4
+WITHOUT_CHAIN_MODEL_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3, 4)
 MANIFEST = "manifest.json"
 PRESETS = ("seed", "default")
@@ -137,7 +139,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         segments[name] = segments_of(ctx_lens)
     manifest = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if CHAIN_TREES_TABLE in tables else WITHOUT_CHAIN_MODEL_VERSION,
         "run_id": run_id,
         "dataset": results["dataset"],
         "preset": results["preset"],
@@ -156,7 +158,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         for name, table in tables.items():
             with pa.OSFile(str(partial / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table, max_chunksize=max(table.num_rows, 1))
-        (partial / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
+        (partial / "config.json").write_text(json.dumps(bundle_settings(cfg), indent=2, sort_keys=True) + "\n")
         policy = {**results["policy"], "kind": preset}
         (partial / "policy.json").write_text(json.dumps(policy, indent=2, sort_keys=True) + "\n")
         bundled = []
@@ -377,6 +379,22 @@ def read_bundle(root: Path) -> Bundle:
         store=memoryview(columns["store.arrow"]["token_id"]),
         **extra,
     )
+
+
+# Settings a bundle's config.json leaves out at these values, which are what a specdraft from
+# before them reads in their absence: a bundle without a chain model stays readable by one that
+# reads format version 3 (it refuses settings it does not know).
+UNSET_SETTINGS = {"chain_model": False, "calibration_stride": None, "calibration_max_positions": None}
+
+
+def bundle_settings(cfg: RunConfig) -> dict:
+    """The run's settings as config.json holds them (UNSET_SETTINGS left out at their values).
+
+    >>> sorted(set(RunConfig().to_dict()) - set(bundle_settings(RunConfig())))
+    ['calibration_max_positions', 'calibration_stride', 'chain_model']
+    """
+    return {name: value for name, value in cfg.to_dict().items()
+            if not (name in UNSET_SETTINGS and value == UNSET_SETTINGS[name])}
 
 
 def recorded_config(path: Path, recorded: dict, manifest: dict) -> RunConfig:

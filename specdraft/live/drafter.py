@@ -360,7 +360,7 @@ class Session:
     def _pick(self, first: bool = False) -> tuple[Candidate | None, float | None]:
         """The policy's choice at the current position and its score; (None, None) if none.
         first: the first choice there, where the chain model scores the chain families' drafts
-        (ConfidencePolicy.score); else the choice after a chained token."""
+        (ConfidencePolicy.scores); else the choice after a chained token."""
         candidates = self._candidates()
         picked, scores = self._scores(candidates, first=first)
         if not picked:

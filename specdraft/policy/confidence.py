@@ -190,7 +190,11 @@ class ConfidencePolicy:
             pa.array(scored_at[scorers == np.arange(len(scored_at))]))  # (completion_pos is a feature)
         del features  # (calibrate's only reference: the rest of its columns go)
         accepted = keep.column("accepted").to_numpy().astype(np.float64)
-        first = keep.column("completion_pos").to_numpy() % FIRST_CHOICE_STRIDE == 0
+        # the first model's drafts: with the chain model's calibration (every position), every
+        # FIRST_CHOICE_STRIDE-th position's; else every calibration position's
+        first = np.ones(keep.num_rows, dtype=bool)
+        if chain_model:
+            first = keep.column("completion_pos").to_numpy() % FIRST_CHOICE_STRIDE == 0
         n_first = int(np.count_nonzero(first))
         positions = len(run_starts(position_ids(keep)[first]))
         if n_first < 2 or accepted[first].sum() == 0:
@@ -218,8 +222,9 @@ class ConfidencePolicy:
             predicted[later] = raw_predict(model, matrix[later])
             chained, labels = chain_labels(keep, predicted, cls.chain, draft_len, exclude_families)
             if np.count_nonzero(chained) >= 2 and labels[chained].sum() > 0:
-                chained_model = _train(matrix[chained], labels[chained])
-                chain_trees = exported_trees(chained_model, matrix[chained])
+                chain_matrix = matrix[chained]
+                chained_model = _train(chain_matrix, labels[chained])
+                chain_trees = exported_trees(chained_model, chain_matrix)
         return cls(model, n_first, positions, tuple(exclude_families), trees, curves,
                    chained_model, chain_trees, int(np.count_nonzero(chained)) if chain_trees is not None else 0)
 
@@ -229,7 +234,8 @@ class ConfidencePolicy:
 
     def score(self, drafts: pa.Table, wanted: np.ndarray | None = None) -> np.ndarray:
         """The model's raw (log-scale) prediction of each draft's accepted length: what the pick
-        compares, here and live (ranking by exp of it would be the same but for float ties).
+        compares, here and live (ranking by exp of it would be the same but for float ties; with a
+        chain model, the first pick at a position compares scores()'s first choice's instead).
         wanted: a mask of the drafts to score (default: every draft); their predictions, in order."""
         return self.scores(drafts, wanted, first=False)[0]
 
@@ -372,9 +378,11 @@ def chain_labels(drafts: pa.Table, predicted: np.ndarray, chain: tuple[str, ...]
 
     A chain family's whole draft (draft_len tokens) whose first token is the trace's is proposed as
     that token and then the choice at the next position, the first model's pick there: its label
-    is 1 + what that pick accepted (at most draft_len - 1). The pick's own tokens that follow a
-    shorter choice are left out of the label. Its other drafts are proposed as they are: their
-    label is what they accepted. A whole draft whose next position was not calibrated (past the
+    is 1 + what that pick accepted (at most draft_len - 1); where nothing could be chosen there,
+    the draft is proposed as it stands, and its label is what it accepted. The pick's own tokens
+    that follow a shorter choice accepted whole (a calculation's result, say) are left out of the
+    label, which is then lower than the draft's acceptance. Its other drafts are proposed as they
+    are: their label is what they accepted. A whole draft whose next position was not calibrated (past the
     last calibration position of its trace) is left out: what it would accept is not known.
 
     >>> drafts = pa.table({"trace_id": [1, 1, 1, 1], "pos": [5, 5, 6, 6], "completion_pos": [0, 0, 1, 1],
@@ -383,23 +391,28 @@ def chain_labels(drafts: pa.Table, predicted: np.ndarray, chain: tuple[str, ...]
     >>> fitted, labels = chain_labels(drafts, np.array([0.5, 0.1, 0.2, 0.9]), ("ngram-all",), 4)
     >>> fitted.tolist(), labels.tolist()  # the pick at position 6 accepted 2: 1 + 2 at position 5
     ([True, False, True, False], [3.0, 1.0, 0.0, 2.0])
+    >>> nothing_next = drafts.set_column(3, "family", pa.array(["ngram-all", "recent-copy", "recent-copy-2",
+    ...                                                         "recent-copy-2"]))
+    >>> chain_labels(nothing_next, np.zeros(4), ("ngram-all",), 4)[1].tolist()  # proposed as it stands
+    [2.0, 1.0, 0.0, 2.0]
     """
     positions = position_ids(drafts)
     accepted = drafts.column("accepted").to_numpy().astype(np.float64)
     choice = np.flatnonzero(selectable_rows(drafts, exclude_families))
     picks = choice[best_in_runs(predicted[choice], run_starts(positions[choice]))]
     n_positions = int(positions[-1]) + 1 if len(positions) else 0
-    pick_accepted = np.zeros(n_positions)  # 0 where nothing could be chosen
+    pick_accepted = np.full(n_positions, np.nan)  # where nothing could be chosen, the draft stays its own
     pick_accepted[positions[picks]] = accepted[picks]
     firsts = run_starts(positions)
     trace = drafts.column("trace_id").to_numpy()[firsts]
     completion_pos = drafts.column("completion_pos").to_numpy()[firsts]
     has_next = np.r_[(trace[1:] == trace[:-1]) & (completion_pos[1:] == completion_pos[:-1] + 1), False][positions]
-    next_accepted = np.r_[pick_accepted[1:], 0.0][positions]
+    next_accepted = np.r_[pick_accepted[1:], np.nan][positions]
     in_chain = _in_families(drafts, [name for name in chain if name not in exclude_families])
     whole = in_chain & (drafts.column("draft_tokens").to_numpy() == draft_len) & (accepted >= 1)
     labels = accepted.copy()
-    labels[whole] = 1 + np.minimum(next_accepted[whole], draft_len - 1)
+    after = whole & ~np.isnan(next_accepted)
+    labels[after] = 1 + np.minimum(next_accepted[after], draft_len - 1)
     return in_chain & (has_next | ~whole), labels
 
 

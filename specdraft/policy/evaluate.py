@@ -360,7 +360,10 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
             **{f"held_b{budget}": values for budget, values in held.items()},
         })
         chosen_raw, chosen_len = np.zeros(n_positions), np.zeros(n_positions, dtype=np.int64)
-        chosen_raw[flat[picks]] = first_predicted[picks]  # what live propose(verify_cost) cuts by
+        # what live propose(verify_cost) cuts by: a chained pick's score is the chain model's,
+        # whose target (the chained acceptance) the acceptance curves were not fitted on; its cut
+        # is read off them as it stands, here and live alike
+        chosen_raw[flat[picks]] = first_predicted[picks]
         chosen_len[flat[picks]] = lengths_of[picks]
         pick_at = np.full(n_positions, -1, dtype=np.int64)
         pick_at[flat[picks]] = np.arange(len(picks))

@@ -133,7 +133,9 @@ def draft_texts(drafts: pa.ListArray, pieces: pa.Array) -> pa.Array:
 
 def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[float | None]:
     """The confidence model's expected accepted tokens for each draft it scores (None for the
-    evidence-only ones it never chooses), from the run's recorded trees."""
+    evidence-only ones it never chooses), from the run's recorded trees: what the first choice at
+    a position compares, so with a chain model (--chain-model) its estimate for the chain
+    families' drafts."""
     from specdraft.errors import SpecdraftError
     from specdraft.live.bundle import recorded_trees
     from specdraft.policy.confidence import feature_matrix
@@ -144,8 +146,16 @@ def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[f
     except SpecdraftError:  # nothing learnt (or a run before the trees were recorded)
         return [None] * drafts.num_rows
     features = wh.query("report/browser_features").to_arrow_table()
-    ensemble = TreeEnsemble(float(results["policy"]["baseline"]), trees, len(results["policy"]["features"]))
-    expected = np.exp(ensemble.raw_predict(feature_matrix(features)))
+    width = len(results["policy"]["features"])
+    matrix = feature_matrix(features)
+    raw = TreeEnsemble(float(results["policy"]["baseline"]), trees, width).raw_predict(matrix)
+    if results["policy"].get("chain_model"):
+        chain = TreeEnsemble(float(results["policy"]["chain_baseline"]),
+                             recorded_trees(wh, results["run_id"], chain=True), width)
+        chained = np.isin(features.column("family").to_numpy(zero_copy_only=False), results["policy"]["chain"])
+        if chained.any():
+            raw[chained] = chain.raw_predict(matrix[chained])
+    expected = np.exp(raw)
     chosen_from = set(results["policy"]["choices"])
     by_key = {(t, p, s): (e if f in chosen_from else None) for t, p, s, f, e in zip(
         *(features.column(c).to_pylist() for c in ("trace_id", "pos", "source", "family")), expected.tolist())}
