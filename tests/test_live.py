@@ -667,6 +667,37 @@ def test_a_run_whose_tables_were_rebuilt_is_refused(built, tmp_path):
         export_bundle(other, "older-run", tmp_path / "bundle")
 
 
+@pytest.mark.parametrize("name", ["default", "chain"])
+def test_the_browser_scores_drafts_as_the_first_choice_does(name, request):
+    """The trace browser's score of each draft is what the run's first choice compared (each
+    distinct draft scored once, from its scorer's features; with the chain model, by it for the
+    n-gram and backoff drafts): the chosen draft's is the highest at every position shown, to the
+    4 decimals shown."""
+    from collections import defaultdict
+
+    import pyarrow as pa
+
+    from specdraft.report.trace_browser import _scored_drafts
+
+    root, results = request.getfixturevalue(f"{name}_built")
+    with Warehouse(root / "warehouse", read_only=True, dataset=DATASET, memory_limit=None) as wh:
+        traces = wh.run_text("select distinct trace_id from eval_positions").fetchall()
+        wh.register("browser_traces", pa.table({"trace_id": pa.array([t for t, in traces], pa.int64())}))
+        drafts = _scored_drafts(wh, results)
+        chosen = {(t, p): s for t, p, s in wh.run_text(
+            "select trace_id, pos, source from eval_positions where source is not null").fetchall()}
+    best, score_of = defaultdict(lambda: -math.inf), {}
+    for trace_id, pos, source, _accepted, score, _text in drafts:
+        if score is not None:
+            best[trace_id, pos] = max(best[trace_id, pos], score)
+            score_of[trace_id, pos, source] = score
+    shown = [(key, source) for key, source in chosen.items() if (*key, source) in score_of]
+    assert len(shown) > 1000
+    wrong = [(key, source, score_of[(*key, source)], best[key]) for key, source in shown
+             if score_of[(*key, source)] != best[key]]
+    assert not wrong, (len(wrong), len(shown), wrong[:5])
+
+
 def test_a_warehouse_from_before_second_choices_replays_and_takes_them(chain_built, tmp_path):
     """eval_positions from before the chain model has no second_source: its runs replay with the
     position's own choice as the one after a chained token (here a --chain-model run's own table

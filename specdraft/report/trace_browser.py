@@ -135,10 +135,17 @@ def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[f
     """The confidence model's expected accepted tokens for each draft it scores (None for the
     evidence-only ones it never chooses), from the run's recorded trees: what the first choice at
     a position compares, so with a chain model (--chain-model) its estimate for the chain
-    families' drafts."""
+    families' drafts, and for a draft several sources proposed, the estimate of its scorer's
+    features (the run scores each distinct draft once)."""
     from specdraft.errors import SpecdraftError
     from specdraft.live.bundle import recorded_trees
-    from specdraft.policy.confidence import feature_matrix
+    from specdraft.policy.confidence import (
+        feature_matrix,
+        position_ids,
+        scored_mask,
+        scoring_rows,
+        selectable_rows,
+    )
     from specdraft.policy.trees import TreeEnsemble
 
     try:
@@ -155,6 +162,12 @@ def _confidence_scores(wh: Warehouse, results: dict, drafts: pa.Table) -> list[f
         chained = np.isin(features.column("family").to_numpy(zero_copy_only=False), results["policy"]["chain"])
         if chained.any():
             raw[chained] = chain.raw_predict(matrix[chained])
+    if results["policy"].get("scoring") == "per-draft":
+        # each distinct draft at a position takes its scorer's score, as the run compared them
+        # (confidence.scoring_rows: the first copy the policy may choose)
+        rows = np.flatnonzero(scored_mask(features))
+        at = features.take(pa.array(rows))
+        raw[rows] = raw[rows][scoring_rows(position_ids(at), at.column("draft_key").to_numpy(), selectable_rows(at))]
     expected = np.exp(raw)
     chosen_from = set(results["policy"]["choices"])
     by_key = {(t, p, s): (e if f in chosen_from else None) for t, p, s, f, e in zip(
