@@ -200,8 +200,8 @@ def positions_table(trace_ids, prompt_lens, n_resp, selected, oracle, chosen_sou
             "ctx_len": chosen_ctx,
             "accepted": selected,
             "oracle_accepted": oracle,
-            "second_source": pa.array(np.full(len(selected), None, dtype=object).tolist()
-                                      if second_source is None else second_source.tolist(), pa.string()),
+            "second_source": pa.nulls(len(selected), pa.string()) if second_source is None
+            else pa.array(second_source.tolist(), pa.string()),
         }
     )
 
@@ -302,8 +302,9 @@ def evaluate_confidence(wh: Warehouse, cfg: RunConfig, policy, exclude_families:
         oracle[flat[choice][starts]] = np.maximum.reduceat(accepted[choice], starts)
         chosen_source[flat[picks]] = scored.column("source").take(pa.array(picks)).to_numpy(zero_copy_only=False)
         chosen_ctx[flat[picks]] = scored.column("ctx_len").to_numpy()[picks]
-        # the choice after a chained token: the model's pick, without the chain model
-        seconds = choice[best_in_runs(predicted[choice], starts)]
+        # the choice after a chained token: the model's pick, without the chain model (without
+        # one, the first choice itself)
+        seconds = picks if firsts is None else choice[best_in_runs(predicted[choice], starts)]
         second_source[flat[seconds]] = scored.column("source").take(pa.array(seconds)).to_numpy(zero_copy_only=False)
         second_accepted = np.zeros(n_positions, dtype=np.int64)
         second_accepted[flat[seconds]] = accepted[seconds]
