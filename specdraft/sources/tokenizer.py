@@ -185,23 +185,27 @@ class OfflineQwenTokenizer(Tokenizer):
 
     def encode_to_arrow(self, texts: list[str]):
         """Encode many texts into one Arrow list<int32> array: each distinct text once, split
-        across forked worker processes (tiktoken's threads do not speed it up)."""
+        between this process and forked ones (tiktoken's threads do not speed it up)."""
         import pyarrow as pa
 
         distinct = list(dict.fromkeys(texts))
         workers = min(os.cpu_count() or 1, 8)
-        if workers < 2 or sum(map(len, distinct)) < 2_000_000:
+        size = max(1, -(-len(distinct) // workers))
+        ranges = [(self.model, i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
+        if len(ranges) < 2 or sum(map(len, distinct)) < 2_000_000:
             flat, lengths = _encode_chunk(self.model, distinct)
         else:
             import multiprocessing
 
             global _forked_texts
-            size = -(-len(distinct) // workers)
-            ranges = [(self.model, i, min(i + size, len(distinct))) for i in range(0, len(distinct), size)]
             _forked_texts = distinct  # the workers see it through the fork: no text is pickled
             try:
-                with multiprocessing.get_context("fork").Pool(workers, initializer=_default_sigterm) as pool:
-                    parts = pool.map(_encode_forked_range, ranges)
+                # this process encodes the first range while the forked ones encode the rest: the
+                # development set's completions took 0.59-0.68 s against 0.85-1.05 s in a pool of
+                # two with this process waiting
+                with multiprocessing.get_context("fork").Pool(len(ranges) - 1, initializer=_default_sigterm) as pool:
+                    rest = pool.map_async(_encode_forked_range, ranges[1:])
+                    parts = [_encode_forked_range(ranges[0]), *rest.get()]
             finally:
                 _forked_texts = []
             flat = np.concatenate([part[0] for part in parts])
