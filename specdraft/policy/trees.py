@@ -223,8 +223,11 @@ def _score(scorer: dict, features: np.ndarray) -> np.ndarray:
     single = len(features) == 1
     if single:
         features = np.concatenate([features, features])
-    rows = scorer["thresholds"].searchsorted(features + scorer["feature_base"])  # the method: no dispatch wrapper
-    masks = np.bitwise_and.reduce(scorer["masks"].take(rows, axis=0), axis=1)
+    # features x rows: the AND runs over the outer axis, whole (rows x trees) blocks at a time, not
+    # over the middle axis of rows x features x trees: timed on the same calls in one replay of
+    # gsm8k-human (5 rows a call), 36.3 against 37.7 us
+    rows = scorer["thresholds"].searchsorted((features + scorer["feature_base"]).T)  # the method: no dispatch wrapper
+    masks = np.bitwise_and.reduce(scorer["masks"].take(rows, axis=0), axis=0)
     # the lowest bit left is the exit leaf: masks ^ (masks - 1) sets it and the bits below
     masks ^= masks - ONE
     exit_leaf = np.bitwise_count(masks)
