@@ -623,6 +623,27 @@ def test_the_chain_model_chooses_first_and_travels_in_the_bundle(default_built, 
     _one_line_naming(excinfo, without / "manifest.json", "lists no chain_trees.arrow")
 
 
+def test_a_chain_model_run_without_chain_trees_is_not_a_version_3_bundle(tmp_path_factory, monkeypatch):
+    """A --chain-model run whose chain fit had nothing to learn (every label 0 here) bundles no
+    chain trees, but its config.json names chain_model, which a reader of version 3 refuses as an
+    unknown setting: the bundle is version 4, and this specdraft drafts from it."""
+    import numpy as np
+
+    from specdraft.policy import confidence
+
+    def nothing_to_learn(drafts, predicted, chain, draft_len, exclude_families=()):
+        return np.ones(drafts.num_rows, dtype=bool), np.zeros(drafts.num_rows)
+
+    monkeypatch.setattr(confidence, "chain_labels", nothing_to_learn)
+    root, results = _built(tmp_path_factory, dataclasses.replace(DEFAULT, chain_model=True), "unlearned")
+    assert not results["policy"]["chain_model"]
+    manifest = json.loads((root / "bundle" / "manifest.json").read_text())
+    assert "chain_trees.arrow" not in manifest["files"]
+    assert json.loads((root / "bundle" / "config.json").read_text())["chain_model"] is True
+    assert manifest["format_version"] == 4
+    assert Drafter.load(root / "bundle").policy.chain_trees is None
+
+
 def test_export_is_atomic_and_reproducible(built, tmp_path, monkeypatch):
     root, _ = built
     out = tmp_path / "bundle"

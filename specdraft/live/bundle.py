@@ -60,7 +60,7 @@ FORMAT = "specdraft-drafter"
 # 4 (2026-12-07): chain_trees.arrow and policy.json's chain_model and chain_baseline (the first
 # choice scores the chain families' drafts by the chain model); a specdraft that reads versions up
 # to 3 would score them by the model alone, so it refuses it. A bundle without a chain model is
-# still written as version 3, which such a specdraft drafts exactly.
+# still written as version 3, which such a specdraft drafts exactly (bundle_version).
 FORMAT_VERSION = 4
 WITHOUT_CHAIN_MODEL_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3, 4)
@@ -139,7 +139,7 @@ def export_bundle(warehouse: Path, run_id: str | None, out: Path) -> dict:
         segments[name] = segments_of(ctx_lens)
     manifest = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION if CHAIN_TREES_TABLE in tables else WITHOUT_CHAIN_MODEL_VERSION,
+        "format_version": bundle_version(cfg, CHAIN_TREES_TABLE in tables),
         "run_id": run_id,
         "dataset": results["dataset"],
         "preset": results["preset"],
@@ -385,6 +385,20 @@ def read_bundle(root: Path) -> Bundle:
 # before them reads in their absence: a bundle without a chain model stays readable by one that
 # reads format version 3 (it refuses settings it does not know).
 UNSET_SETTINGS = {"chain_model": False, "calibration_stride": None, "calibration_max_positions": None}
+
+
+def bundle_version(cfg: RunConfig, chain_trees: bool) -> int:
+    """The format version a bundle is written as: WITHOUT_CHAIN_MODEL_VERSION where a reader of it
+    drafts exactly, so without chain trees and with no setting in config.json it would not know
+    (a --chain-model run whose chain fit found nothing to learn has no chain trees, but its
+    config.json names chain_model, which such a reader refuses); else FORMAT_VERSION.
+
+    >>> bundle_version(RunConfig(), False), bundle_version(RunConfig(chain_model=True), False)
+    (3, 4)
+    """
+    if chain_trees or set(UNSET_SETTINGS) & set(bundle_settings(cfg)):
+        return FORMAT_VERSION
+    return WITHOUT_CHAIN_MODEL_VERSION
 
 
 def bundle_settings(cfg: RunConfig) -> dict:
