@@ -72,10 +72,10 @@ def reach(point: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "interrupt":
-        # to this thread (C's raise), so the handler runs before raise_signal returns and this thread
-        # raises KeyboardInterrupt here. os.kill(os.getpid(), ...) let the kernel hand the signal to
-        # any thread (a thread pool's idle worker, say); the main thread then raised it at some later
-        # bytecode, where a run once went on to its end (2 of 1,003 tests in one full run)
+        # to this thread (C's raise), so the handler runs before raise_signal returns, whichever
+        # threads the process has, and on the main thread KeyboardInterrupt is raised right here
+        # (os.kill(os.getpid(), ...) lets the kernel hand it to any thread that does not block it).
+        # Ignored where the process was started with SIGINT ignored (a shell's background job)
         signal.raise_signal(signal.SIGINT)
     elif action in ("pause", "record"):
         _say(f"failpoint {point} reached")

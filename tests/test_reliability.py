@@ -369,11 +369,18 @@ class State:
                 {name: digests[1] for name, digests in self.files.items()})
 
 
+# The child processes of the Ctrl-C tests take SIGINT as KeyboardInterrupt whatever they inherit: a
+# shell starts a background job (`./.ci/run &`) with SIGINT ignored, which its children inherit and
+# Python keeps, and the tests' runs then went on to their end.
+SIGINT_AS_PYTHON_DOES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+CLI_WITH_SIGINT = SIGINT_AS_PYTHON_DOES + "import runpy; runpy.run_module('specdraft.cli', run_name='__main__', alter_sys=True)"
+
+
 # Forks `specdraft` commands from one process that has imported specdraft and pandas and loaded the
 # tokenizer and its fingerprint (about two seconds apiece otherwise): each request line is JSON
 # [args, env, stderr file]; the answer is the child's exit code (-9 when SIGKILL ended it). The
 # child runs specdraft's own CLI, as a process. Nothing here starts a thread before the forks.
-ZYGOTE = """
+ZYGOTE = SIGINT_AS_PYTHON_DOES + """
 import json, os, sys
 import pandas
 from specdraft.cli import main
@@ -964,7 +971,7 @@ def test_ctrl_c_while_a_changed_input_is_ingested_afresh_keeps_the_stored_datase
         env = {name: value for name, value in os.environ.items() if name != "SPECDRAFT_FAILPOINT"}
         if failpoint:
             env["SPECDRAFT_FAILPOINT"] = failpoint
-        return subprocess.run([sys.executable, "-m", "specdraft.cli", "ingest", "--warehouse", str(warehouse), *args],
+        return subprocess.run([sys.executable, "-c", CLI_WITH_SIGINT, "ingest", "--warehouse", str(warehouse), *args],
                               capture_output=True, text=True, env=env, check=False)
 
     assert ingest("--data", str(first)).returncode == 0
