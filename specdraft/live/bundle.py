@@ -235,9 +235,9 @@ def recorded_trees(wh, run_id: str, chain: bool = False) -> pa.Table:
     recorded = "policy_chain_trees" if chain else "policy_trees"
     query = "live/bundle_chain_trees" if chain else "live/bundle_trees"
     table = wh.query(query, {"run_id": run_id}).to_arrow_table() if wh.has_table(recorded) else None
-    if chain and (table is None or table.num_rows == 0):
-        raise SpecdraftError(f"run {run_id} recorded no chain model ({recorded}), which its policy says it fitted")
     if table is None or table.num_rows == 0:
+        if chain:
+            raise SpecdraftError(f"run {run_id} recorded no chain model ({recorded}), which its policy says it fitted")
         raise SpecdraftError(f"run {run_id} recorded no confidence model (policy_trees): it predates "
                              "exporting --preset default runs, or its calibration had nothing to learn; rerun it")
     return table.cast(_tree_schema())

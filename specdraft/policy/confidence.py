@@ -187,8 +187,9 @@ class ConfidencePolicy:
                             features.column("pos").to_numpy()[scored_at])
         scorers = scoring_rows(ids, features.column("draft_key").to_numpy()[scored_at],
                                selectable_rows(features, exclude_families)[scored_at])
+        own = scorers == np.arange(len(scored_at))
         keep = features.select([*feature_columns(), *LABELS, "trace_id", "pos", "draft_tokens"]).take(
-            pa.array(scored_at[scorers == np.arange(len(scored_at))]))  # (completion_pos is a feature)
+            pa.array(scored_at[own]))  # (completion_pos is a feature)
         del features  # (calibrate's only reference: the rest of its columns go)
         accepted = keep.column("accepted").to_numpy().astype(np.float64)
         # the first model's drafts: with the chain model's calibration (every position), every
@@ -197,7 +198,7 @@ class ConfidencePolicy:
         if chain_model:
             first = keep.column("completion_pos").to_numpy() % FIRST_CHOICE_STRIDE == 0
         n_first = int(np.count_nonzero(first))
-        positions = len(run_starts(position_ids(keep)[first]))
+        positions = len(run_starts(ids[own][first]))  # (every position keeps a row: its first draft's scorer)
         if n_first < 2 or accepted[first].sum() == 0:
             # nothing to learn from (and a Tweedie fit needs some acceptance): every draft scores
             # the same, so ties keep the candidate order
